@@ -1,0 +1,229 @@
+// init_process_group: environment parsing, backend choice, store start-up and the
+// rendezvous that names missing ranks (see init.h).
+#include "collectives/init.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "collectives/backends.h"
+
+namespace tandem {
+
+const char* backend_str(Backend backend) {
+  switch (backend) {
+    case Backend::automatic: return "auto";
+    case Backend::mpi: return "mpi";
+    case Backend::gloo: return "gloo";
+    case Backend::nccl: return "nccl";
+  }
+  return "?";
+}
+
+Backend parse_backend(std::string_view name) {
+  for (Backend b : {Backend::automatic, Backend::mpi, Backend::gloo, Backend::nccl}) {
+    if (name == backend_str(b)) return b;
+  }
+  throw std::invalid_argument("unknown backend '" + std::string(name) + "' (accepted: auto, mpi, gloo, nccl)");
+}
+
+bool backend_built(Backend backend) {
+  switch (backend) {
+    case Backend::automatic: return true;
+    case Backend::mpi: return kMpiBuilt;
+    case Backend::gloo: return kGlooBuilt;
+    case Backend::nccl: return kNcclBuilt;
+  }
+  return false;
+}
+
+namespace {
+
+int parse_int(const std::string& name, const std::string& value, int lo, int hi) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size() || v < lo || v > hi) {
+    throw std::invalid_argument("environment variable " + name + "='" + value +
+                                "' is not an integer in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+constexpr int kMaxWorld = 1 << 20;
+
+}  // namespace
+
+LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
+  const EnvLookup lookup = lookup_in ? lookup_in : [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  const auto require = [&](const std::string& name, const std::string& because) {
+    auto v = lookup(name);
+    if (!v || v->empty()) throw std::invalid_argument("environment variable " + name + " is not set (" + because + ")");
+    return *v;
+  };
+  LaunchEnv env;
+  const auto ompi_rank = lookup("OMPI_COMM_WORLD_RANK");
+  env.under_mpirun = ompi_rank.has_value();
+  if (auto rank = lookup("RANK"); rank && !rank->empty()) {
+    env.world_size = parse_int("WORLD_SIZE", require("WORLD_SIZE", "RANK is set"), 1, kMaxWorld);
+    env.rank = parse_int("RANK", *rank, 0, env.world_size - 1);
+    const auto local = lookup("LOCAL_RANK");
+    env.local_rank = local ? parse_int("LOCAL_RANK", *local, 0, kMaxWorld) : env.rank;
+  } else if (env.under_mpirun) {
+    env.world_size = parse_int("OMPI_COMM_WORLD_SIZE", require("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK is set"), 1, kMaxWorld);
+    env.rank = parse_int("OMPI_COMM_WORLD_RANK", *ompi_rank, 0, env.world_size - 1);
+    const auto local = lookup("OMPI_COMM_WORLD_LOCAL_RANK");
+    env.local_rank = local ? parse_int("OMPI_COMM_WORLD_LOCAL_RANK", *local, 0, kMaxWorld) : env.rank;
+  } else {
+    throw std::invalid_argument(
+        "environment variable RANK is not set: start the processes with tandemrun (which sets RANK, "
+        "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or with mpirun");
+  }
+  if (env.under_mpirun) {
+    const int mpi_rank = parse_int("OMPI_COMM_WORLD_RANK", *ompi_rank, 0, kMaxWorld);
+    if (mpi_rank != env.rank) {
+      throw std::invalid_argument("environment variables RANK=" + std::to_string(env.rank) +
+                                  " and OMPI_COMM_WORLD_RANK=" + std::to_string(mpi_rank) + " disagree");
+    }
+  }
+  const auto addr = lookup("MASTER_ADDR");
+  const auto port = lookup("MASTER_PORT");
+  if (addr && !addr->empty()) {
+    env.master_addr = *addr;
+    env.master_port = parse_int("MASTER_PORT", require("MASTER_PORT", "MASTER_ADDR is set"), 1, 65535);
+  } else if (port && !port->empty()) {
+    throw std::invalid_argument("environment variable MASTER_ADDR is not set (MASTER_PORT is)");
+  } else if (!env.under_mpirun) {
+    require("MASTER_ADDR", "the host of the rendezvous store, e.g. 127.0.0.1");
+  }
+  if (auto job = lookup("TANDEM_JOB_ID"); job && !job->empty()) env.job_id = *job;
+  if (auto hosted = lookup("TANDEM_STORE_HOSTED"); hosted && !hosted->empty()) {
+    env.store_hosted = parse_int("TANDEM_STORE_HOSTED", *hosted, 0, 1) == 1;
+  }
+  if (auto restarts = lookup("TANDEM_RESTART_COUNT"); restarts && !restarts->empty()) {
+    env.restart_count = parse_int("TANDEM_RESTART_COUNT", *restarts, 0, 1 << 30);
+  }
+  return env;
+}
+
+Backend resolve_backend(Backend requested, DeviceKind device, const LaunchEnv& env) {
+  Backend b = requested;
+  if (b == Backend::automatic) {
+    if (device == DeviceKind::cuda) {
+      b = Backend::nccl;
+    } else if (env.under_mpirun && kMpiBuilt) {
+      b = Backend::mpi;
+    } else {
+      b = Backend::gloo;
+    }
+  }
+  if (!backend_built(b)) {
+    throw std::invalid_argument(std::string("the ") + backend_str(b) +
+                                " backend is not part of this build (see the TANDEM_WITH_* CMake options)");
+  }
+  if (b == Backend::nccl && device != DeviceKind::cuda) {
+    throw std::invalid_argument("the nccl backend needs --device cuda");
+  }
+  if (b != Backend::nccl && device == DeviceKind::cuda) {
+    throw std::invalid_argument(std::string("the ") + backend_str(b) + " backend cannot reduce CUDA buffers; use nccl");
+  }
+  if (b == Backend::mpi && !env.under_mpirun) {
+    throw std::invalid_argument("the mpi backend needs processes started by mpirun "
+                                "(environment variable OMPI_COMM_WORLD_RANK is not set)");
+  }
+  if (b != Backend::mpi && env.master_addr.empty()) {
+    throw std::invalid_argument(std::string("the ") + backend_str(b) +
+                                " backend rendezvous through a store: environment variable "
+                                "MASTER_ADDR is not set");
+  }
+  return b;
+}
+
+void rendezvous(Store& store, int rank, int world_size, std::chrono::milliseconds timeout) {
+  // compare_set, not set: a second process claiming the same rank is caught here
+  // instead of hanging the first collective.
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  const std::string me = std::string(host) + ":" + std::to_string(getpid());
+  const std::string key = "arrived/" + std::to_string(rank);
+  const std::string holder = store.compare_set(key, "", me);
+  if (holder != me) {
+    throw CollectiveError("rendezvous: rank " + std::to_string(rank) + " is already taken by process " +
+                          holder + " (two processes were given RANK=" + std::to_string(rank) + ")");
+  }
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back("arrived/" + std::to_string(r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const StoreTimeout& e) {
+    std::vector<bool> missing(world_size, false);
+    for (const auto& k : e.missing_keys) {
+      int r = -1;
+      if (k.rfind("arrived/", 0) == 0) std::from_chars(k.data() + 8, k.data() + k.size(), r);
+      if (r >= 0 && r < world_size) missing[r] = true;
+    }
+    std::string absent, present;
+    int n_absent = 0;
+    for (int r = 0; r < world_size; ++r) {
+      std::string& list = missing[r] ? absent : present;
+      list += (list.empty() ? "" : ", ") + std::to_string(r);
+      n_absent += missing[r];
+    }
+    throw CollectiveTimeout("rendezvous timed out after " + std::to_string(timeout.count()) + " ms on rank " +
+                            std::to_string(rank) + ": " + (n_absent == 1 ? "rank " : "ranks ") + absent +
+                            " of world size " + std::to_string(world_size) + (n_absent == 1 ? " has" : " have") +
+                            " not arrived (arrived: " + present + "; " + store.describe() + ")");
+  }
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  return init_process_group(options, read_launch_env());
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, const LaunchEnv& env) {
+  const Backend backend = resolve_backend(options.backend, options.device, env);
+  BackendArgs args;
+  args.rank = env.rank;
+  args.size = env.world_size;
+  args.local_rank = env.local_rank;
+  args.device = options.device == DeviceKind::cuda ? Device::cuda(env.local_rank) : Device::cpu();
+  args.timeout = options.timeout;
+  args.master_addr = env.master_addr;
+  args.job_id = env.job_id;
+  args.group_name = options.group_name;
+  if (!env.master_addr.empty()) {
+    if (env.rank == 0 && !env.store_hosted) {
+      args.server = std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", env.master_port, env.job_id});
+    }
+    TcpStoreOptions so;
+    so.host = env.master_addr;
+    so.port = env.master_port;
+    so.job_id = env.job_id;
+    so.connect_timeout = options.rendezvous_timeout;
+    std::shared_ptr<Store> base;
+    try {
+      base = std::make_shared<TcpStore>(so);
+    } catch (const StoreError& e) {
+      const std::string host = env.store_hosted ? "the launcher" : "rank 0";
+      throw CollectiveError("rendezvous failed on rank " + std::to_string(env.rank) + ": " + e.what() +
+                            " (the store is hosted by " + host + ")");
+    }
+    args.store = std::make_shared<PrefixStore>(
+        "tandem/" + std::to_string(env.restart_count) + "/" + options.group_name + "/", base);
+    rendezvous(*args.store, env.rank, env.world_size, options.rendezvous_timeout);
+  }
+  switch (backend) {
+    case Backend::mpi: return make_mpi_group(args);
+    case Backend::gloo: return make_gloo_group(args);
+    case Backend::nccl: return make_nccl_group(args);
+    case Backend::automatic: break;
+  }
+  throw std::logic_error("init_process_group: unresolved backend");
+}
+
+}  // namespace tandem

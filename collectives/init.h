@@ -1,0 +1,71 @@
+// init_process_group: builds this process's group from its environment in one call.
+//
+// Rank and world come from RANK / WORLD_SIZE / LOCAL_RANK (tandemrun) or, under
+// mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK. The store is at MASTER_ADDR:
+// MASTER_PORT; rank 0 hosts it unless TANDEM_STORE_HOSTED=1 (the launcher does), and
+// TANDEM_JOB_ID names the job (a store of another job is refused). Under mpirun
+// without MASTER_ADDR the mpi backend starts its own store (rank 0, a free port,
+// address shared with MPI_Bcast), so timeouts can still name the missing ranks.
+//
+// Rendezvous: every rank sets "arrived/<rank>" and waits for all the others; after
+// `rendezvous_timeout` the error lists the ranks whose keys are absent.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "collectives/process_group.h"
+
+namespace tandem {
+
+enum class Backend : uint8_t { automatic, mpi, gloo, nccl };
+const char* backend_str(Backend backend);  // "auto", "mpi", "gloo", "nccl"
+// Throws std::invalid_argument listing the accepted names.
+Backend parse_backend(std::string_view name);
+// Whether this build includes the backend (CMake options TANDEM_WITH_*).
+bool backend_built(Backend backend);
+
+struct InitOptions {
+  Backend backend = Backend::automatic;  // nccl for CUDA, else mpi under mpirun, else gloo
+  DeviceKind device = DeviceKind::cpu;   // cuda: the device index is LOCAL_RANK
+  // Every collective wait, and each engine's own timeout.
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  // How long ranks wait for each other at start-up.
+  std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(10);
+  // Keys of different groups sharing one store never collide.
+  std::string group_name = "default";
+};
+
+// What the launcher (or mpirun) told this process.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  bool under_mpirun = false;
+  std::string master_addr;  // empty: no store address given
+  int master_port = -1;
+  std::string job_id = "tandem";
+  bool store_hosted = false;  // TANDEM_STORE_HOSTED=1: the launcher hosts the store
+  int restart_count = 0;      // TANDEM_RESTART_COUNT: keeps restarts' keys apart
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+// Parses the variables above; throws std::invalid_argument naming the variable that
+// is missing or invalid. The lookup defaults to the process environment.
+LaunchEnv read_launch_env(const EnvLookup& lookup = {});
+
+// Picks the backend `auto` means for this environment and device.
+Backend resolve_backend(Backend requested, DeviceKind device, const LaunchEnv& env);
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, const LaunchEnv& env);
+
+// Sets "arrived/<rank>" and waits for every rank's key; throws CollectiveTimeout
+// naming the ranks that did not arrive.
+void rendezvous(Store& store, int rank, int world_size, std::chrono::milliseconds timeout);
+
+}  // namespace tandem

@@ -1,0 +1,159 @@
+// ProcessGroup: argument checks, normalisation to a Collective, sequence numbers,
+// progress publishing and the timeout/failure reports shared by every backend.
+#include "collectives/process_group.h"
+
+#include <stdexcept>
+
+namespace tandem {
+
+ProcessGroup::ProcessGroup(Setup setup)
+    : backend_(std::move(setup.backend)),
+      rank_(setup.rank),
+      size_(setup.size),
+      timeout_(setup.timeout),
+      store_(std::move(setup.store)),
+      server_(std::move(setup.server)),
+      tracker_(std::make_unique<ProgressTracker>(store_, rank_, size_)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+uint64_t ProcessGroup::last_seq() const {
+  std::lock_guard<std::mutex> lock(issue_mutex_);
+  return last_seq_;
+}
+
+UnsupportedOp ProcessGroup::unsupported(const Collective& c, const std::string& detail) const {
+  return UnsupportedOp("the " + backend_ + " backend does not support " + op_str(c.op) +
+                       (detail.empty() ? "" : " " + detail));
+}
+
+std::shared_ptr<Work> ProcessGroup::run_allreduce(const Collective& c) { throw unsupported(c); }
+std::shared_ptr<Work> ProcessGroup::run_broadcast(const Collective& c) { throw unsupported(c); }
+std::shared_ptr<Work> ProcessGroup::run_allgather(const Collective& c) { throw unsupported(c); }
+std::shared_ptr<Work> ProcessGroup::run_reduce_scatter(const Collective& c) { throw unsupported(c); }
+std::shared_ptr<Work> ProcessGroup::run_barrier(const Collective& c) { throw unsupported(c); }
+
+std::string ProcessGroup::timeout_report(const Collective& c, std::chrono::milliseconds waited) {
+  return c.describe() + " did not complete within " + std::to_string(waited.count()) +
+         " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (" +
+         backend_ + "): " + ProgressTracker::describe(tracker_->laggards(c.seq), backend_);
+}
+
+std::string ProcessGroup::failure_report(const Collective& c, const std::string& engine_error) {
+  return c.describe() + " failed on rank " + std::to_string(rank_) + " of " +
+         std::to_string(size_) + " (" + backend_ + "): " + engine_error + "; " +
+         ProgressTracker::describe(tracker_->laggards(c.seq), backend_);
+}
+
+void ProcessGroup::check_buffer(const Collective& c, const Buffer& b, const char* which) const {
+  const std::string where = std::string(op_str(c.op)) + ": " + which;
+  if (b.count < 0) throw std::invalid_argument(where + " has a negative element count");
+  if (b.count > 0 && b.data == nullptr) throw std::invalid_argument(where + " is null");
+  if (!accepts(b.device)) {
+    throw std::invalid_argument(where + " is on " + device_str(b.device) + ", which the " + backend_ +
+                                " backend cannot use");
+  }
+}
+
+std::shared_ptr<Work> ProcessGroup::issue(Collective c) {
+  if (c.op != OpType::barrier) {
+    check_buffer(c, c.in, "input");
+    check_buffer(c, c.out, "output");
+    if (c.in.dtype != c.out.dtype) {
+      throw std::invalid_argument(std::string(op_str(c.op)) + ": input is " + dtype_str(c.in.dtype) +
+                                  " but output is " + dtype_str(c.out.dtype));
+    }
+    if (!(c.in.device == c.out.device)) {
+      throw std::invalid_argument(std::string(op_str(c.op)) + ": input and output are on different devices");
+    }
+  }
+  if (c.op == OpType::broadcast && (c.root < 0 || c.root >= size_)) {
+    throw std::invalid_argument("broadcast: root " + std::to_string(c.root) + " is not a rank of a group of " +
+                                std::to_string(size_));
+  }
+  std::lock_guard<std::mutex> lock(issue_mutex_);
+  c.seq = last_seq_ + 1;
+  std::shared_ptr<Work> work;
+  switch (c.op) {
+    case OpType::allreduce: work = run_allreduce(c); break;
+    case OpType::broadcast: work = run_broadcast(c); break;
+    case OpType::allgather: work = run_allgather(c); break;
+    case OpType::reduce_scatter: work = run_reduce_scatter(c); break;
+    case OpType::barrier: work = run_barrier(c); break;
+  }
+  last_seq_ = c.seq;  // only once the backend accepted it: unsupported ops consume no seq
+  tracker_->entered(c.seq);
+  return work;
+}
+
+namespace {
+void require_counts(const char* op, int64_t got, int64_t want, const char* what) {
+  if (got != want) {
+    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(got) +
+                                " elements, expected " + std::to_string(want));
+  }
+}
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::allreduce(Buffer inout, ReduceOp op) {
+  Collective c{OpType::allreduce, 0, op, 0, true, inout, inout};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::allreduce(Buffer in, Buffer out, ReduceOp op) {
+  require_counts("allreduce", out.count, in.count, "output");
+  Collective c{OpType::allreduce, 0, op, 0, in.data == out.data, in, out};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(Buffer inout, int root) {
+  Collective c{OpType::broadcast, 0, ReduceOp::sum, root, true, inout, inout};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(Buffer in, Buffer out, int root) {
+  require_counts("broadcast", out.count, in.count, "output");
+  Collective c{OpType::broadcast, 0, ReduceOp::sum, root, in.data == out.data, in, out};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::allgather(Buffer inout) {
+  if (inout.count % size_ != 0) {
+    throw std::invalid_argument("allgather: in-place buffer of " + std::to_string(inout.count) +
+                                " elements is not a multiple of the group size " + std::to_string(size_));
+  }
+  const int64_t n = inout.count / size_;
+  Collective c{OpType::allgather, 0, ReduceOp::sum, 0, true, inout.slice(rank_ * n, n), inout};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::allgather(Buffer in, Buffer out) {
+  require_counts("allgather", out.count, in.count * size_, "output");
+  const bool in_place = in.data == static_cast<char*>(out.data) + in.bytes() * rank_;
+  Collective c{OpType::allgather, 0, ReduceOp::sum, 0, in_place && in.count > 0, in, out};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(Buffer inout, ReduceOp op) {
+  if (inout.count % size_ != 0) {
+    throw std::invalid_argument("reduce_scatter: in-place buffer of " + std::to_string(inout.count) +
+                                " elements is not a multiple of the group size " + std::to_string(size_));
+  }
+  const int64_t n = inout.count / size_;
+  Collective c{OpType::reduce_scatter, 0, op, 0, true, inout, inout.slice(rank_ * n, n)};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(Buffer in, Buffer out, ReduceOp op) {
+  require_counts("reduce_scatter", in.count, out.count * size_, "input");
+  const bool in_place = out.data == static_cast<char*>(in.data) + out.bytes() * rank_;
+  Collective c{OpType::reduce_scatter, 0, op, 0, in_place && out.count > 0, in, out};
+  return issue(c);
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier() {
+  Collective c{OpType::barrier, 0, ReduceOp::sum, 0, false, Buffer{}, Buffer{}};
+  return issue(c);
+}
+
+}  // namespace tandem

@@ -1,0 +1,101 @@
+// ProcessGroup: collectives over typed buffers, one implementation per engine
+// (mpi, gloo, nccl), each in its own folder. Every call returns a Work at once.
+//
+// Calling rules (as in c10d): every rank issues the same collectives in the same
+// order, from one thread at a time; each op gets the next sequence number (1, 2, ...),
+// which is therefore the same op on every rank. Single-buffer overloads run in place:
+//   allreduce(buf)        buf holds the input and receives the result
+//   broadcast(buf, root)  root's buf is sent, every other rank's buf receives it
+//   allgather(buf)        buf.count == size * n; this rank's input is slice `rank`
+//   reduce_scatter(buf)   buf.count == size * n; the result lands in slice `rank`
+//                         (the other slices are unspecified afterwards)
+// Two-buffer overloads run out of place with the counts of collectives/types.h.
+//
+// A backend that lacks an op throws UnsupportedOp naming the backend and op, and no
+// sequence number is consumed. Bad arguments throw std::invalid_argument.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "collectives/progress.h"
+#include "collectives/store.h"
+#include "collectives/types.h"
+#include "collectives/work.h"
+
+namespace tandem {
+
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& backend_name() const { return backend_; }
+  // Default for Work::wait() and every engine-side timeout.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // Sequence number of the last op issued (0 before the first).
+  uint64_t last_seq() const;
+  // The store this group rendezvoused through (null when it has none).
+  const std::shared_ptr<Store>& store() const { return store_; }
+
+  std::shared_ptr<Work> allreduce(Buffer inout, ReduceOp op = ReduceOp::sum);
+  std::shared_ptr<Work> allreduce(Buffer in, Buffer out, ReduceOp op = ReduceOp::sum);
+  std::shared_ptr<Work> broadcast(Buffer inout, int root);
+  std::shared_ptr<Work> broadcast(Buffer in, Buffer out, int root);
+  std::shared_ptr<Work> allgather(Buffer inout);
+  std::shared_ptr<Work> allgather(Buffer in, Buffer out);
+  std::shared_ptr<Work> reduce_scatter(Buffer inout, ReduceOp op = ReduceOp::sum);
+  std::shared_ptr<Work> reduce_scatter(Buffer in, Buffer out, ReduceOp op = ReduceOp::sum);
+  std::shared_ptr<Work> barrier();
+
+ protected:
+  struct Setup {
+    std::string backend;  // "mpi", "gloo", "nccl"
+    int rank = 0;
+    int size = 1;
+    std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+    std::shared_ptr<Store> store;          // group-prefixed; may be null
+    std::shared_ptr<StoreServer> server;   // kept alive when this rank hosts the store
+  };
+  explicit ProcessGroup(Setup setup);
+
+  // The backend's ops. Each receives a validated, normalised Collective (types.h)
+  // carrying its sequence number, and returns its Work without waiting. Defaults
+  // throw UnsupportedOp.
+  virtual std::shared_ptr<Work> run_allreduce(const Collective& c);
+  virtual std::shared_ptr<Work> run_broadcast(const Collective& c);
+  virtual std::shared_ptr<Work> run_allgather(const Collective& c);
+  virtual std::shared_ptr<Work> run_reduce_scatter(const Collective& c);
+  virtual std::shared_ptr<Work> run_barrier(const Collective& c);
+  // Whether buffers on `device` can be passed to this backend.
+  virtual bool accepts(Device device) const = 0;
+
+  UnsupportedOp unsupported(const Collective& c, const std::string& detail = "") const;
+  // The timeout message: op, seq, bytes, this rank, and who has not reached it.
+  std::string timeout_report(const Collective& c, std::chrono::milliseconds waited);
+  // The same for an op the engine failed: its error plus who has not reached it.
+  std::string failure_report(const Collective& c, const std::string& engine_error);
+
+  ProgressTracker& tracker() { return *tracker_; }
+
+ private:
+  std::shared_ptr<Work> issue(Collective c);
+  void check_buffer(const Collective& c, const Buffer& b, const char* which) const;
+
+  std::string backend_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<StoreServer> server_;
+  std::unique_ptr<ProgressTracker> tracker_;
+  mutable std::mutex issue_mutex_;
+  uint64_t last_seq_ = 0;
+};
+
+}  // namespace tandem

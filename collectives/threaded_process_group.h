@@ -1,0 +1,41 @@
+// ThreadedProcessGroup: the part the CPU backends (mpi, gloo) share. Each op is
+// queued on one communication thread that calls the engine's blocking collective,
+// and its Work is a CompletionWork the thread finishes.
+//
+//   caller:       allreduce(b0) allreduce(b1) ... compute ... w0.wait() w1.wait()
+//   comm thread:      [engine allreduce b0][engine allreduce b1]
+//
+// Invariants: the engine is only ever called from the comm thread (so MPI needs no
+// more than MPI_THREAD_SERIALIZED); an engine error becomes a CollectiveError that
+// also says which ranks have not reached the op; a wait that times out breaks the
+// group, so later ops fail fast instead of running out of step with other ranks.
+#pragma once
+
+#include <functional>
+
+#include "collectives/comm_thread.h"
+#include "collectives/process_group.h"
+
+namespace tandem {
+
+class ThreadedProcessGroup : public ProcessGroup {
+ protected:
+  explicit ThreadedProcessGroup(Setup setup);
+
+  // Queues `engine_call` for `c` and returns its Work at once. Zero-byte ops (but
+  // barriers) complete in their turn without calling the engine.
+  std::shared_ptr<Work> submit(const Collective& c, std::function<void()> engine_call);
+
+  bool accepts(Device device) const override { return device.is_cpu(); }
+
+  // Derived destructors call this first, while their engine state is alive. Returns
+  // true when the comm thread had to be abandoned inside the engine.
+  bool stop_comm_thread();
+  // Runs fn on the comm thread, after everything queued (engine teardown).
+  void run_on_comm_thread(const std::function<void()>& fn) { comm_.run_inline(fn); }
+
+ private:
+  CommThread comm_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,99 @@
+// Vocabulary shared by every collective backend: typed buffers, reduction ops,
+// op kinds, the description of one issued collective, and the error types.
+// Invariant: a Buffer always carries an element count and a dtype, never a bare
+// byte count; bytes are derived (Buffer::bytes), so the two cannot be confused.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"  // DType, Device only: collectives do not link the runtime.
+
+namespace tandem {
+
+// Bytes per element. Local to collectives so the library needs only tensor.h's types
+// (runtime/tensor.cpp's dtype_size would pull the whole runtime in).
+constexpr size_t element_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+const char* dtype_str(DType dtype);  // "f32", "bf16", ...
+std::string device_str(Device device);  // "cpu", "cuda:1" (tensor.cpp's Device::str is not linked)
+
+// A contiguous run of `count` elements of `dtype` at `data` on `device`.
+struct Buffer {
+  void* data = nullptr;
+  int64_t count = 0;  // elements, not bytes
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+
+  size_t bytes() const { return static_cast<size_t>(count) * element_bytes(dtype); }
+  // The `count` elements starting `first` elements in.
+  Buffer slice(int64_t first, int64_t count) const;
+};
+
+// Typed constructors, so a call site cannot pass a byte count where elements are meant.
+Buffer cpu_buffer(float* data, int64_t count);
+Buffer cpu_buffer(int32_t* data, int64_t count);
+Buffer cpu_buffer(int64_t* data, int64_t count);
+Buffer cpu_buffer(uint8_t* data, int64_t count);
+// f16 and bf16 share the 16-bit storage type, so their dtype must be named.
+Buffer cpu_buffer(uint16_t* data, int64_t count, DType half_dtype);
+
+enum class ReduceOp : uint8_t { sum, avg, min, max };
+const char* reduce_op_str(ReduceOp op);
+
+enum class OpType : uint8_t { allreduce, broadcast, allgather, reduce_scatter, barrier };
+const char* op_str(OpType op);
+
+// One issued collective, normalised by ProcessGroup before it reaches a backend.
+// Buffer conventions (as NCCL's, so every backend agrees):
+//   allreduce       in.count == out.count; in place: in.data == out.data
+//   broadcast       in read on root only; in place: in.data == out.data
+//   allgather       out.count == in.count * size; in place: in is out's slice `rank`
+//   reduce_scatter  in.count == out.count * size; in place: out is in's slice `rank`
+//                   (the other slices of an in-place buffer are unspecified afterwards)
+//   barrier         no buffers
+struct Collective {
+  OpType op = OpType::barrier;
+  uint64_t seq = 0;  // 1, 2, 3, ... per process group, the same on every rank
+  ReduceOp reduce = ReduceOp::sum;
+  int root = 0;
+  bool in_place = false;
+  Buffer in;
+  Buffer out;
+
+  DType dtype() const { return out.dtype; }
+  // The larger of the two buffers: what nccl-tests reports as the op's size.
+  size_t bytes() const { return in.bytes() > out.bytes() ? in.bytes() : out.bytes(); }
+  // "allreduce #7 (f32 sum, 4096 bytes)"
+  std::string describe() const;
+};
+
+// Any failure of a collective or of the group (engine error, broken group).
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// A collective (or rendezvous) that did not complete before its deadline.
+class CollectiveTimeout : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+// A backend asked for an op (or dtype/op combination) it does not implement.
+class UnsupportedOp : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
+}  // namespace tandem

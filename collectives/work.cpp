@@ -1,0 +1,52 @@
+// Work and CompletionWork (see work.h for the semantics).
+#include "collectives/work.h"
+
+namespace tandem {
+
+std::string Work::error_message() const {
+  std::exception_ptr e = exception();
+  if (!e) return {};
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+void CompletionWork::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    error_ = std::move(error);
+  }
+  done_cv_.notify_all();
+}
+
+void CompletionWork::wait(std::chrono::milliseconds timeout) {
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!done_cv_.wait_for(lock, timeout, [this] { return done_; })) {
+      lock.unlock();
+      // Outside the lock: the reporter talks to the store and may take a while.
+      throw CollectiveTimeout(on_timeout_ ? on_timeout_(collective_, timeout)
+                                          : collective_.describe() + " timed out");
+    }
+    error = error_;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+bool CompletionWork::is_completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+std::exception_ptr CompletionWork::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+}  // namespace tandem

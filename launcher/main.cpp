@@ -1,0 +1,139 @@
+// tandemrun: the launcher (CONTRACT.md; docs/launching.md). Parses flags, hosts or
+// joins the job's store, then runs attempts until one succeeds, the job is stopped,
+// or --max-restarts is used up.
+//
+// Exit codes: 0 every worker of the job exited 0; 1 the job failed (the first failure
+// is printed on every node); 2 usage error; 128+N this tandemrun received signal N
+// (130 for SIGINT, 143 for SIGTERM). Node 0 keeps the store up until every node has
+// read the job's end, so no node is left guessing.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "launcher/console.h"
+#include "launcher/failure.h"
+#include "launcher/options.h"
+#include "launcher/rendezvous.h"
+#include "launcher/signals.h"
+#include "launcher/supervisor.h"
+#include "launcher/worker_process.h"
+
+namespace tandem::launcher {
+namespace {
+
+constexpr std::chrono::seconds kExitWaitMargin{15};
+
+void print_block(const std::string& text) {
+  // One log call per line keeps the "tandemrun[node N]:" prefix on each.
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t nl = std::min(text.find('\n', start), text.size());
+    spdlog::error("{}", text.substr(start, nl - start));
+    start = nl + 1;
+  }
+}
+
+// Node 0 holds the store open until every node has seen the end of `attempt`.
+void close_job(const LaunchOptions& o, JobStore& store, int attempt) {
+  try {
+    store.mark_exited(attempt);
+    if (o.node_rank == 0 && o.nnodes > 1) {
+      const std::string missing = store.wait_for_exits(attempt, o.grace + kExitWaitMargin);
+      if (!missing.empty()) spdlog::warn("node(s) {} did not confirm the end of the job; closing the store", missing);
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("could not confirm the end of the job through the store: {}", e.what());
+  }
+}
+
+int run(const LaunchOptions& o, LauncherSignals& signals, Console& console) {
+  std::string program;
+  try {
+    program = resolve_program(o.command[0]);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  auto poll_signal = [&signals] { return signals.drain().termination; };
+
+  std::unique_ptr<JobStore> store;
+  bool registered = false;  // a refused node must not sign for the node it impersonated
+  int attempt = 0;
+  try {
+    store = std::make_unique<JobStore>(o, poll_signal);
+    if (o.master_port == 0) {
+      spdlog::info("--master-port 0: the store listens on port {} (MASTER_PORT={})", store->port(), store->port());
+    }
+    if (o.nnodes > 1) {
+      spdlog::info("{} the store of job {} at {}; waiting for {} nodes (up to {} s)",
+                   o.node_rank == 0 ? "hosting" : "joined", o.job_id, store->where(), o.nnodes,
+                   o.rdzv_timeout.count() / 1000.0);
+    }
+    store->register_node();
+    registered = true;
+    for (;; ++attempt) {
+      store->start_attempt(attempt);
+      if (o.nnodes > 1 && attempt == 0) {
+        spdlog::info("all {} nodes joined; starting ranks {}..{} of {}", o.nnodes, o.global_rank(0),
+                     o.global_rank(o.nproc_per_node - 1), o.world_size());
+      }
+      const AttemptEnd end = run_attempt(o, *store, signals, console, program, attempt);
+      if (end.kind == AttemptEnd::Kind::ok) {
+        close_job(o, *store, attempt);
+        return 0;
+      }
+      const Failure& f = *end.first_failure;
+      const bool last = end.kind == AttemptEnd::Kind::stopped || end.store_lost || attempt >= o.max_restarts;
+      print_block((o.max_restarts > 0 ? "attempt " + std::to_string(attempt) + " failed: " : "job failed: ") +
+                  report(f));
+      if (last) {
+        if (end.kind != AttemptEnd::Kind::stopped && o.max_restarts > 0 && !end.store_lost) {
+          spdlog::error("no restart left (--max-restarts {}): the job failed", o.max_restarts);
+        }
+        if (!end.store_lost) close_job(o, *store, attempt);
+        return end.interrupted_by ? 128 + end.interrupted_by : 1;
+      }
+      spdlog::warn("restarting the whole job: attempt {} of at most {} (TANDEM_RESTART_COUNT={})", attempt + 1,
+                   o.max_restarts + 1, attempt + 1);
+    }
+  } catch (const Interrupted& i) {
+    spdlog::warn("received {} before the workers started; stopping", signal_name(i.signal));
+    if (registered) close_job(o, *store, attempt);
+    return 128 + i.signal;
+  } catch (const RendezvousError& e) {
+    spdlog::error("{}", e.what());
+    if (registered) close_job(o, *store, attempt);
+    return signals.first_termination() ? 128 + signals.first_termination() : 1;
+  } catch (const StoreError& e) {
+    spdlog::error("the job's store failed: {}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::launcher
+
+int main(int argc, char** argv) {
+  using namespace tandem::launcher;
+  // Before any thread exists, so every thread inherits the blocked mask.
+  LauncherSignals signals;
+  std::optional<LaunchOptions> options;
+  try {
+    options = parse_options(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "tandemrun: usage error: %s\nRun tandemrun --help for the accepted flags.\n", e.what());
+    return 2;
+  }
+  if (!options) return 0;
+  // The default logger, because the store server (collectives) logs through it too.
+  Console console;
+  spdlog::set_default_logger(make_console_logger(
+      console, options->nnodes > 1 ? "tandemrun[node " + std::to_string(options->node_rank) + "]: " : "tandemrun: "));
+  try {
+    return run(*options, signals, console);
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return 1;
+  }
+}

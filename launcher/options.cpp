@@ -1,0 +1,215 @@
+// Parses tandemrun's flags with CLI11 and checks them against each other.
+// The program and its arguments follow `--`, so a program flag such as `--lr` is
+// never mistaken for one of ours.
+#include "launcher/options.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace tandem::launcher {
+
+namespace {
+
+int parse_int(const std::string& flag, const std::string& text) {
+  try {
+    size_t used = 0;
+    const long v = std::stol(text, &used);
+    if (used == text.size() && v >= INT32_MIN && v <= INT32_MAX) return static_cast<int>(v);
+  } catch (const std::exception&) {
+  }
+  throw UsageError(flag + ": '" + text + "' is not an integer");
+}
+
+std::set<int> parse_rank_list(const std::string& text, int world) {
+  std::set<int> ranks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty()) throw UsageError("--rank-filter: empty item in '" + text + "' (expected e.g. 0 or 0,2)");
+    const int r = parse_int("--rank-filter", item);
+    if (r < 0 || r >= world) {
+      throw UsageError("--rank-filter: rank " + item + " is not in 0.." + std::to_string(world - 1) +
+                       " (world size " + std::to_string(world) + ")");
+    }
+    ranks.insert(r);
+    start = comma + 1;
+  }
+  return ranks;
+}
+
+std::chrono::milliseconds seconds_flag(const std::string& flag, double s, bool allow_zero) {
+  if (!std::isfinite(s) || s < 0 || (!allow_zero && s == 0)) {
+    throw UsageError(flag + ": " + std::to_string(s) + " must be " + (allow_zero ? ">= 0" : "> 0") +
+                     " seconds");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
+}
+
+}  // namespace
+
+int visible_cuda_devices(std::string& why) {
+  // The driver is loaded in a child: a CUDA context (and its threads and device
+  // files) in the launcher would be inherited by nothing useful and only cost memory.
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    why = std::string("pipe2 failed: ") + std::strerror(errno);
+    return 0;
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    char msg[256];
+    int len = 0;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      len = std::snprintf(msg, sizeof(msg), "E the CUDA driver (libcuda.so.1) is not installed");
+    } else {
+      using InitFn = int (*)(unsigned);
+      using CountFn = int (*)(int*);
+      auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
+      auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
+      int n = 0;
+      int rc = init && count ? init(0) : -1;
+      if (rc == 0) rc = count(&n);
+      len = rc == 0 ? std::snprintf(msg, sizeof(msg), "%d", n)
+                    : std::snprintf(msg, sizeof(msg), "E the CUDA driver failed to start (CUresult %d)", rc);
+    }
+    [[maybe_unused]] ssize_t w = write(fds[1], msg, static_cast<size_t>(len));
+    _exit(0);
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    why = std::string("fork failed: ") + std::strerror(errno);
+    return 0;
+  }
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (out.empty()) {
+    why = "the CUDA probe process died";
+    return 0;
+  }
+  if (out[0] == 'E') {
+    why = out.substr(2);
+    return 0;
+  }
+  const int count = std::atoi(out.c_str());
+  if (count == 0) {
+    const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+    why = cvd ? std::string("the CUDA driver reports no device (CUDA_VISIBLE_DEVICES='") + cvd + "')"
+              : "the CUDA driver reports no device";
+  }
+  return count;
+}
+
+std::optional<LaunchOptions> parse_options(int argc, char** argv) {
+  // Split at the first `--`: what follows is the program, untouched.
+  int split = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) {
+      split = i;
+      break;
+    }
+  }
+  LaunchOptions o;
+  std::string nproc = "1";
+  std::string rank_filter;
+  double grace_s = 5;
+  double rdzv_timeout_s = 300;
+
+  CLI::App app{
+      "tandemrun: starts one process per device on every node, hosts the rendezvous store,\n"
+      "prefixes every output line with [node:rank], and stops the whole job when one process fails.",
+      "tandemrun"};
+  app.footer("Everything after -- is the program and its arguments: tandemrun [OPTIONS] -- PROGRAM [ARGS...]\n"
+             "Exit codes: 0 success, 1 the job failed, 2 usage error, 128+N stopped by signal N. "
+             "See docs/launching.md.");
+  app.add_option("--nproc-per-node", nproc, "Processes on this node: a number, or 'gpu' for one per visible GPU")
+      ->capture_default_str();
+  app.add_option("--nnodes", o.nnodes, "Number of nodes in the job")->capture_default_str();
+  app.add_option("--node-rank", o.node_rank, "This node's rank, 0..nnodes-1 (node 0 hosts the store)")
+      ->capture_default_str();
+  app.add_option("--master-addr", o.master_addr, "Address of node 0, where the store listens")
+      ->capture_default_str();
+  app.add_option("--master-port", o.master_port, "Store port on node 0 (0: pick a free one; single node only)")
+      ->capture_default_str();
+  app.add_option("--max-restarts", o.max_restarts, "Restart the whole job up to K times after a failure")
+      ->capture_default_str();
+  app.add_option("--log-dir", o.log_dir, "Also write DIR/attempt<K>/rank<R>.stdout|.stderr");
+  app.add_option("--rank-filter", rank_filter, "Only these ranks reach the console, e.g. 0 or 0,2");
+  app.add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  app.add_option("--rdzv-timeout-s", rdzv_timeout_s, "Seconds to wait for every node to join")
+      ->capture_default_str();
+  app.add_option("--job-id", o.job_id,
+                 "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");
+
+  try {
+    app.parse(split, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return std::nullopt;
+  } catch (const CLI::ExtrasError& e) {
+    throw UsageError(std::string(e.what()) + " (put '--' before the program: tandemrun [options] -- PROGRAM [ARGS...])");
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  for (int i = split + 1; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.command.empty() || o.command[0].empty()) {
+    throw UsageError("no program given: tandemrun [options] -- PROGRAM [ARGS...]");
+  }
+
+  if (nproc == "gpu") {
+    std::string why;
+    o.nproc_per_node = visible_cuda_devices(why);
+    if (o.nproc_per_node == 0) throw UsageError("--nproc-per-node gpu: no CUDA GPU is visible: " + why);
+  } else {
+    o.nproc_per_node = parse_int("--nproc-per-node", nproc);
+    if (o.nproc_per_node < 1) throw UsageError("--nproc-per-node: must be >= 1 or 'gpu', not " + nproc);
+  }
+  if (o.nnodes < 1) throw UsageError("--nnodes: must be >= 1, not " + std::to_string(o.nnodes));
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    throw UsageError("--node-rank: " + std::to_string(o.node_rank) + " is not in 0.." +
+                     std::to_string(o.nnodes - 1) + " (--nnodes " + std::to_string(o.nnodes) + ")");
+  }
+  if (o.master_addr.empty()) throw UsageError("--master-addr: must not be empty");
+  if (o.master_port < 0 || o.master_port > 65535) {
+    throw UsageError("--master-port: " + std::to_string(o.master_port) + " is not in 0..65535");
+  }
+  if (o.master_port == 0 && o.nnodes > 1) {
+    throw UsageError("--master-port 0 works only with --nnodes 1: the other nodes could not learn the port "
+                     "node 0 picks; give every node the same fixed --master-port");
+  }
+  if (o.max_restarts < 0) throw UsageError("--max-restarts: must be >= 0");
+  o.grace = seconds_flag("--grace-s", grace_s, true);
+  o.rdzv_timeout = seconds_flag("--rdzv-timeout-s", rdzv_timeout_s, false);
+  if (!rank_filter.empty() || app.count("--rank-filter")) {
+    o.rank_filter = parse_rank_list(rank_filter, o.world_size());
+  }
+  if (app.count("--job-id") && o.job_id.empty()) throw UsageError("--job-id: must not be empty");
+  if (o.job_id.empty()) {
+    // Every node passes the same --master-port, so every node derives the same id. With
+    // port 0 there is one node only, and the pid keeps concurrent local jobs apart.
+    o.job_id = o.master_port != 0 ? "tandem-" + std::to_string(o.master_port)
+                                  : "tandem-local-" + std::to_string(getpid());
+  }
+  return o;
+}
+
+}  // namespace tandem::launcher

@@ -1,0 +1,51 @@
+// tandemrun's command line (CONTRACT.md, `tandemrun`): parsing and validation.
+// Invariant: a LaunchOptions that parse_options returns is complete and consistent
+// (node rank < nodes, filter ranks < world size, a program to run, a job id), so the
+// rest of the launcher never re-checks flags; every refusal is a UsageError whose
+// message names the flag.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tandem::launcher {
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  // 0: node 0 picks a free one (single node only)
+  int max_restarts = 0;
+  std::string log_dir;                  // empty: no log files
+  std::optional<std::set<int>> rank_filter;  // absent: every rank reaches the console
+  std::chrono::milliseconds grace{std::chrono::seconds(5)};
+  std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(300)};
+  // The store refuses clients of another job id, so every node must compute the same
+  // one: by default it is derived from flags all nodes share (see parse_options).
+  std::string job_id;
+  std::vector<std::string> command;  // PROGRAM ARGS...
+
+  int world_size() const { return nnodes * nproc_per_node; }
+  int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
+  bool shows_rank(int rank) const { return !rank_filter || rank_filter->count(rank) > 0; }
+};
+
+// Returns nullopt after printing --help (exit 0). Throws UsageError (exit 2).
+std::optional<LaunchOptions> parse_options(int argc, char** argv);
+
+// Number of CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies), probed in
+// a short-lived child so the launcher itself never holds a CUDA context. On 0, `why`
+// says what was found.
+int visible_cuda_devices(std::string& why);
+
+}  // namespace tandem::launcher

@@ -1,0 +1,249 @@
+// Hosting and joining the job's store; the per-attempt start barrier (see header).
+#include "launcher/rendezvous.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "launcher/failure.h"
+#include "launcher/worker_process.h"
+
+namespace tandem::launcher {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Waits are cut into slices this long so a termination signal is noticed promptly.
+constexpr milliseconds kSlice{1000};
+constexpr milliseconds kOpTimeout{std::chrono::seconds(30)};
+
+milliseconds left(Clock::time_point deadline) {
+  return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+std::string seconds_text(milliseconds d) {
+  const auto ms = d.count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms / 1000.0) + " s";
+}
+
+// "a0/ready/1" -> "1"
+std::string node_of(const std::string& key) { return key.substr(key.rfind('/') + 1); }
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s;
+}
+
+bool is_connect_failure(const StoreError& e) {
+  // TcpStore reports "cannot connect to ..." for a store that is not (yet) up; every
+  // other StoreError from the constructor is a refusal that retrying cannot fix.
+  return std::string_view(e.what()).find("cannot connect to") != std::string_view::npos;
+}
+
+}  // namespace
+
+JobStore::JobStore(const LaunchOptions& options, std::function<int()> poll_signal)
+    : options_(options), poll_signal_(std::move(poll_signal)) {
+  const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
+  if (options_.node_rank == 0) {
+    StoreServerOptions so;
+    so.bind_addr = ipv6 ? "::" : "0.0.0.0";
+    so.port = options_.master_port;
+    so.job_id = options_.job_id;
+    try {
+      server_ = std::make_unique<StoreServer>(so);
+    } catch (const StoreError& e) {
+      throw RendezvousError("node 0 cannot host the store for job " + options_.job_id + " on --master-port " +
+                            std::to_string(options_.master_port) + ": " + e.what());
+    }
+    port_ = server_->port();
+  } else {
+    port_ = options_.master_port;
+  }
+  connect();
+}
+
+JobStore::~JobStore() {
+  store_.reset();
+  server_.reset();
+}
+
+std::string JobStore::where() const { return options_.master_addr + ":" + std::to_string(port_); }
+
+void JobStore::check_signal() {
+  if (const int sig = poll_signal_()) throw Interrupted{sig};
+}
+
+void JobStore::connect() {
+  TcpStoreOptions to;
+  // Node 0 reaches its own store over loopback, whatever --master-addr resolves to here.
+  const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
+  to.host = options_.node_rank == 0 ? (ipv6 ? "::1" : "127.0.0.1") : options_.master_addr;
+  to.port = port_;
+  to.job_id = options_.job_id;
+  to.op_timeout = kOpTimeout;
+  const auto deadline = Clock::now() + options_.rdzv_timeout;
+  for (;;) {
+    to.connect_timeout = std::max(milliseconds(100), std::min(kSlice, left(deadline)));
+    try {
+      store_ = std::make_shared<PrefixStore>("tandemrun/", std::make_shared<TcpStore>(to));
+      return;
+    } catch (const StoreError& e) {
+      if (!is_connect_failure(e)) {
+        throw RendezvousError("the store at " + where() + " refused node " + std::to_string(options_.node_rank) +
+                              ": " + e.what() +
+                              " (another job is using this address: give it another --master-port, or the "
+                              "same --job-id as the job you meant to join)");
+      }
+      if (Clock::now() >= deadline) {
+        throw RendezvousError("node 0 did not join: its store at " + where() + " did not answer within " +
+                              seconds_text(options_.rdzv_timeout) +
+                              " (is node 0's tandemrun running, with the same --master-addr and --master-port?): " +
+                              e.what());
+      }
+    }
+    check_signal();
+  }
+}
+
+std::string JobStore::key(int attempt, const std::string& name) const {
+  // Built by appending: GCC 12 warns falsely (-Wrestrict) on "a" + std::to_string(..).
+  std::string k = "a";
+  k += std::to_string(attempt);
+  k += '/';
+  k += name;
+  return k;
+}
+
+void JobStore::register_node() {
+  const std::string config = "--nnodes " + std::to_string(options_.nnodes) + " --nproc-per-node " +
+                             std::to_string(options_.nproc_per_node) + " --max-restarts " +
+                             std::to_string(options_.max_restarts);
+  const std::string held = store_->compare_set("config", "", config);
+  if (held != config) {
+    throw RendezvousError("node " + std::to_string(options_.node_rank) + " was started with " + config +
+                          " but the job's other nodes with " + held + "; every node needs the same flags");
+  }
+  const std::string me = this_host() + " pid " + std::to_string(getpid());
+  const std::string holder = store_->compare_set("node/" + std::to_string(options_.node_rank), "", me);
+  if (holder != me) {
+    throw RendezvousError("node rank " + std::to_string(options_.node_rank) + " is already taken by the tandemrun on " +
+                          holder + " (two nodes were given the same --node-rank)");
+  }
+}
+
+void JobStore::start_attempt(int attempt) {
+  const std::string start_key = key(attempt, "start");
+  const std::string me = std::to_string(options_.node_rank);
+  store_->set(key(attempt, "ready/" + me), this_host());
+  std::string decision;
+  try {
+    if (options_.node_rank == 0) {
+      std::vector<std::string> ready;
+      for (int n = 0; n < options_.nnodes; ++n) ready.push_back(key(attempt, "ready/" + std::to_string(n)));
+      const auto deadline = Clock::now() + options_.rdzv_timeout;
+      while (decision.empty()) {
+        try {
+          store_->wait(ready, std::min(kSlice, left(deadline)));
+          decision = "go";
+        } catch (const StoreTimeout& e) {
+          if (auto why = store_->try_get("stopped")) {
+            decision = "stopped:" + *why;
+          } else if (Clock::now() >= deadline) {
+            std::vector<std::string> missing;
+            for (const auto& k : e.missing_keys) missing.push_back(node_of(k));
+            decision = "timeout:" + join(missing);
+          }
+        }
+        if (decision.empty()) {
+          if (const int sig = poll_signal_()) {
+            // Release the nodes already waiting before leaving.
+            store_->compare_set(start_key, "", "stopped:node 0 received " + signal_name(sig));
+            throw Interrupted{sig};
+          }
+        }
+      }
+      decision = store_->compare_set(start_key, "", decision);
+    } else {
+      // Node 0 decides within --rdzv-timeout-s of its own start, which came before we
+      // could connect; the margin covers a slow store.
+      const auto deadline = Clock::now() + options_.rdzv_timeout + std::chrono::seconds(30);
+      while (decision.empty()) {
+        try {
+          decision = store_->get(start_key, std::min(kSlice, left(deadline)));
+        } catch (const StoreTimeout&) {
+          if (Clock::now() >= deadline) {
+            throw RendezvousError("node 0 did not decide whether attempt " + std::to_string(attempt) +
+                                  " starts within " + seconds_text(options_.rdzv_timeout) + " (+30 s)");
+          }
+          if (const int sig = poll_signal_()) {
+            publish_stopped("node " + me + " received " + signal_name(sig) + " during the rendezvous");
+            throw Interrupted{sig};
+          }
+        }
+      }
+    }
+  } catch (const StoreTimeout&) {
+    throw;
+  } catch (const StoreError& e) {
+    throw RendezvousError(std::string("lost the store during the rendezvous: ") + e.what());
+  }
+  if (decision == "go") return;
+  if (decision.rfind("timeout:", 0) == 0) {
+    const std::string missing = decision.substr(8);
+    throw RendezvousError("rendezvous timed out after " + seconds_text(options_.rdzv_timeout) + ": node" +
+                          (missing.find(',') != std::string::npos ? "s " : " ") + missing +
+                          " of " + std::to_string(options_.nnodes) + " did not join the store at " + where() +
+                          (attempt > 0 ? " for attempt " + std::to_string(attempt) : std::string()));
+  }
+  throw RendezvousError("the job was stopped before attempt " + std::to_string(attempt) +
+                        " started: " + decision.substr(decision.find(':') + 1));
+}
+
+std::string JobStore::publish_failure(int attempt, const std::string& failure, const std::string& outcome) {
+  const std::string first = store_->compare_set(key(attempt, "failure"), "", failure);
+  store_->compare_set(key(attempt, "outcome"), "", outcome);
+  return first;
+}
+
+void JobStore::publish_stopped(const std::string& why) { store_->compare_set("stopped", "", why); }
+
+void JobStore::node_succeeded(int attempt) {
+  if (store_->add(key(attempt, "ok_nodes"), 1) == options_.nnodes) {
+    store_->compare_set(key(attempt, "outcome"), "", "ok");
+  }
+}
+
+std::optional<std::string> JobStore::first_failure(int attempt) { return store_->try_get(key(attempt, "failure")); }
+
+void JobStore::mark_exited(int attempt) {
+  store_->set(key(attempt, "exit/" + std::to_string(options_.node_rank)), this_host());
+}
+
+std::string JobStore::wait_for_exits(int attempt, milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int n = 0; n < options_.nnodes; ++n) {
+    const std::string r = std::to_string(n);
+    // Only nodes that joined this attempt will report its end.
+    if (store_->check({key(attempt, "ready/" + r)})) keys.push_back(key(attempt, "exit/" + r));
+  }
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    try {
+      store_->wait(keys, std::min(kSlice, left(deadline)));
+      return {};
+    } catch (const StoreTimeout& e) {
+      if (Clock::now() >= deadline || poll_signal_()) {
+        std::vector<std::string> missing;
+        for (const auto& k : e.missing_keys) missing.push_back(node_of(k));
+        return join(missing);
+      }
+    }
+  }
+}
+
+}  // namespace tandem::launcher

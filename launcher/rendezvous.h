@@ -1,0 +1,90 @@
+// The launchers' side of the store: node 0 hosts it (the workers' process groups
+// rendezvous there too), every node's tandemrun joins it, and the nodes agree through
+// it on when an attempt starts and how it ended.
+//
+// Keys, all under "tandemrun/" so they never meet the workers' keys:
+//   config              the flags that must match on every node (first node sets it)
+//   node/<r>            "host pid" of the tandemrun holding node rank r (refuses a twin)
+//   stopped             why the job was stopped by a signal (no further restart)
+//   a<k>/ready/<r>      node r is ready to start attempt k
+//   a<k>/start          node 0's decision: "go", "timeout:<missing node ranks>", "stopped:<why>"
+//   a<k>/failure        the first failure of attempt k (failure.h JSON; first writer wins)
+//   a<k>/outcome        "ok" | "failed" | "stopped": attempt k is over (first writer wins)
+//   a<k>/ok_nodes       count of nodes whose workers all exited 0; the last sets outcome "ok"
+//   a<k>/exit/<r>       node r has reaped its workers and read the outcome
+// Invariant: every wait has a deadline and returns at least once a second to look for
+// a termination signal, so Ctrl-C works during a rendezvous too.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "collectives/store.h"
+#include "launcher/options.h"
+
+namespace tandem::launcher {
+
+// Rendezvous failed (missing nodes, refused by another job's store, port busy...).
+class RendezvousError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A termination signal arrived while waiting.
+struct Interrupted {
+  int signal;
+};
+
+class JobStore {
+ public:
+  // Node 0 hosts the store (throws RendezvousError naming the port when it is busy) and
+  // connects to it; other nodes connect, retrying until --rdzv-timeout-s. `poll_signal`
+  // returns a termination signal that arrived (0 if none); seeing one throws Interrupted.
+  JobStore(const LaunchOptions& options, std::function<int()> poll_signal);
+  ~JobStore();
+
+  int port() const { return port_; }
+  std::string where() const;  // "10.0.0.1:29500"
+
+  // Checks that the nodes agree on the flags and that no other tandemrun holds this
+  // node rank. Throws RendezvousError.
+  void register_node();
+  // Returns when node 0 has seen every node ready for `attempt`. Throws RendezvousError
+  // naming the missing node ranks after --rdzv-timeout-s, or Interrupted.
+  void start_attempt(int attempt);
+
+  // Publishes `failure` (JSON) and the outcome ("failed" or "stopped") unless another
+  // was first; returns the first failure's JSON.
+  std::string publish_failure(int attempt, const std::string& failure, const std::string& outcome);
+  // Marks the job stopped by a signal, so node 0 starts no further attempt.
+  void publish_stopped(const std::string& why);
+  // This node's workers all exited 0; the last node to say so ends the attempt "ok".
+  void node_succeeded(int attempt);
+  std::optional<std::string> first_failure(int attempt);
+  void mark_exited(int attempt);
+  // Node 0, before closing the store: waits (bounded by `timeout`) until every node
+  // that joined `attempt` has read its outcome. Returns the nodes that did not.
+  std::string wait_for_exits(int attempt, std::chrono::milliseconds timeout);
+
+  std::string outcome_key(int attempt) const { return key(attempt, "outcome"); }
+  // A new connection, for a thread that blocks on the store. The store is up (we are
+  // connected), so a short connect timeout only guards against a node 0 just gone.
+  std::shared_ptr<Store> connection() const { return store_->clone(std::chrono::seconds(30)); }
+
+ private:
+  std::string key(int attempt, const std::string& name) const;
+  void check_signal();
+  void connect();
+
+  const LaunchOptions& options_;
+  std::function<int()> poll_signal_;
+  std::unique_ptr<StoreServer> server_;  // node 0 only
+  std::shared_ptr<Store> store_;        // prefixed "tandemrun/"
+  int port_ = 0;
+};
+
+}  // namespace tandem::launcher

@@ -1,0 +1,357 @@
+// The per-attempt main loop (see header).
+#include "launcher/supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <spdlog/spdlog.h>
+#include <vector>
+
+#include "launcher/outcome_watcher.h"
+#include "launcher/output_mux.h"
+#include "launcher/worker_env.h"
+#include "launcher/worker_process.h"
+
+namespace tandem::launcher {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Wake-up period of the main loop when nothing is due; nothing waits for it: every
+// event has its own fd.
+constexpr milliseconds kIdleWake{1000};
+// After the workers are reaped, how long to keep reading pipes that a stray
+// descendant outside the worker's group may still hold open.
+constexpr milliseconds kDrainLimit{1000};
+
+struct LocalWorker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  bool alive = false;
+};
+
+class Attempt {
+ public:
+  Attempt(const LaunchOptions& o, JobStore& store, LauncherSignals& signals, Console& console,
+          const std::string& program, int attempt)
+      : o_(o),
+        store_(store),
+        signals_(signals),
+        console_(console),
+        program_(program),
+        attempt_(attempt),
+        host_(this_host()) {}
+
+  AttemptEnd run();
+
+ private:
+  void spawn_all();
+  void reap();
+  void on_worker_exit(LocalWorker& w, int status);
+  void on_termination_signal(int sig);
+  void on_outcome(const OutcomeWatcher::Result& r);
+  void publish(const Failure& f, const std::string& outcome);
+  void begin_stop(int sig);
+  void kill_remaining();
+  bool all_reaped() const;
+  void drain_after_exit();
+  AttemptEnd result();
+
+  const LaunchOptions& o_;
+  JobStore& store_;
+  LauncherSignals& signals_;
+  Console& console_;
+  const std::string& program_;
+  const int attempt_;
+  const std::string host_;
+
+  std::unique_ptr<OutputMux> mux_;
+  std::unique_ptr<OutcomeWatcher> watcher_;
+  std::vector<LocalWorker> workers_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_deadline_;
+  bool reported_ok_ = false;
+  std::optional<std::string> outcome_;
+  std::optional<Failure> local_failure_;
+  int interrupted_by_ = 0;
+  std::string store_error_;
+};
+
+void Attempt::spawn_all() {
+  for (int lr = 0; lr < o_.nproc_per_node; ++lr) {
+    LocalWorker w;
+    w.local_rank = lr;
+    w.rank = o_.global_rank(lr);
+    try {
+      const auto env = merged_environment(worker_variables(o_, lr, attempt_, store_.port()));
+      SpawnedWorker s = spawn_worker(program_, o_.command, env);
+      w.pid = s.pid;
+      w.alive = true;
+      workers_.push_back(w);  // from here on, begin_stop reaches it
+      try {
+        mux_->add(w.rank, StreamKind::out, s.stdout_fd);
+      } catch (...) {
+        close(s.stderr_fd);
+        throw;
+      }
+      mux_->add(w.rank, StreamKind::err, s.stderr_fd);
+    } catch (const std::exception& e) {
+      Failure f;
+      f.attempt = attempt_;
+      f.node = o_.node_rank;
+      f.host = host_;
+      f.reason = "node " + std::to_string(o_.node_rank) + " could not start rank " + std::to_string(w.rank) + ": " +
+                 e.what();
+      local_failure_ = f;
+      publish(f, "failed");
+      begin_stop(SIGTERM);
+      return;
+    }
+  }
+}
+
+void Attempt::publish(const Failure& f, const std::string& outcome) {
+  try {
+    store_.publish_failure(attempt_, to_json(f), outcome);
+  } catch (const std::exception& e) {
+    if (store_error_.empty()) store_error_ = e.what();
+  }
+  outcome_ = outcome;
+}
+
+void Attempt::begin_stop(int sig) {
+  if (!stopping_) {
+    stopping_ = true;
+    kill_deadline_ = Clock::now() + o_.grace;
+  }
+  for (const auto& w : workers_) {
+    if (w.alive) signal_group(w.pid, sig);
+  }
+}
+
+void Attempt::kill_remaining() {
+  for (const auto& w : workers_) {
+    if (w.alive) signal_group(w.pid, SIGKILL);
+  }
+  killed_ = true;
+}
+
+bool Attempt::all_reaped() const {
+  for (const auto& w : workers_) {
+    if (w.alive) return false;
+  }
+  return true;
+}
+
+void Attempt::reap() {
+  std::vector<std::pair<LocalWorker*, int>> exited;
+  for (auto& w : workers_) {
+    if (!w.alive) continue;
+    int status = 0;
+    if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
+      w.alive = false;
+      exited.emplace_back(&w, status);
+    }
+  }
+  // Exits seen in one pass have no order of their own. A death by signal goes first:
+  // when one rank is killed, its peers fail moments later with collective errors,
+  // and the kill is the cause worth reporting.
+  std::stable_sort(exited.begin(), exited.end(),
+                   [](const auto& a, const auto& b) { return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second); });
+  for (auto& [w, status] : exited) on_worker_exit(*w, status);
+}
+
+void Attempt::on_worker_exit(LocalWorker& w, int status) {
+  mux_->drain_rank(w.rank);  // so the stderr tail is complete
+  const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  // While stopping, exits are the consequence of our own signals, not failures.
+  if (ok || stopping_) return;
+  Failure f;
+  f.attempt = attempt_;
+  f.node = o_.node_rank;
+  f.host = host_;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = w.pid;
+  if (WIFSIGNALED(status)) {
+    f.signal = WTERMSIG(status);
+  } else {
+    f.exit_code = WEXITSTATUS(status);
+  }
+  f.stderr_tail = mux_->stderr_tail(w.rank);
+  local_failure_ = f;
+  publish(f, "failed");
+  begin_stop(SIGTERM);
+}
+
+void Attempt::on_termination_signal(int sig) {
+  if (interrupted_by_ && stopping_) {
+    spdlog::warn("received {} again: killing every worker now", signal_name(sig));
+    kill_remaining();
+    return;
+  }
+  if (!interrupted_by_) interrupted_by_ = sig;
+  spdlog::warn("received {}: stopping the job (forwarding {} to the workers, SIGKILL after {} ms)",
+               signal_name(sig), signal_name(sig), o_.grace.count());
+  Failure f;
+  f.attempt = attempt_;
+  f.node = o_.node_rank;
+  f.host = host_;
+  f.reason = "node " + std::to_string(o_.node_rank) + "'s tandemrun (host " + host_ + ") received " +
+             signal_name(sig) + " and stopped the job";
+  try {
+    store_.publish_stopped(f.reason);
+  } catch (const std::exception& e) {
+    if (store_error_.empty()) store_error_ = e.what();
+  }
+  publish(f, "stopped");
+  begin_stop(sig);
+}
+
+void Attempt::on_outcome(const OutcomeWatcher::Result& r) {
+  if (!r.error.empty()) {
+    if (store_error_.empty()) store_error_ = r.error;
+    if (!stopping_) {
+      spdlog::error("lost the job's store ({}); stopping this node's workers", r.error);
+      begin_stop(SIGTERM);
+    }
+    return;
+  }
+  if (!outcome_) outcome_ = r.outcome;
+  if (r.outcome != "ok" && !stopping_) begin_stop(SIGTERM);
+}
+
+void Attempt::drain_after_exit() {
+  const auto deadline = Clock::now() + kDrainLimit;
+  for (;;) {
+    const auto fds = mux_->open_fds();
+    if (fds.empty() || Clock::now() >= deadline) break;
+    std::vector<pollfd> p;
+    for (int fd : fds) p.push_back({fd, POLLIN, 0});
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    if (poll(p.data(), p.size(), static_cast<int>(std::max<int64_t>(left, 0))) <= 0) break;
+    for (const auto& q : p) {
+      if (q.revents) mux_->on_readable(q.fd);
+    }
+  }
+  mux_->close_all();
+}
+
+AttemptEnd Attempt::run() {
+  std::string log_dir;
+  if (!o_.log_dir.empty()) {
+    log_dir = o_.log_dir + "/attempt" + std::to_string(attempt_);
+    std::error_code ec;
+    std::filesystem::create_directories(log_dir, ec);
+    if (ec) throw std::runtime_error("cannot create log directory " + log_dir + ": " + ec.message());
+  }
+  mux_ = std::make_unique<OutputMux>(console_, o_.node_rank, log_dir, [this](int rank) { return o_.shows_rank(rank); });
+  try {
+    watcher_ = std::make_unique<OutcomeWatcher>(store_.connection(), store_.outcome_key(attempt_));
+  } catch (const std::exception& e) {
+    store_error_ = e.what();
+    return result();
+  }
+  spawn_all();
+
+  for (;;) {
+    reap();
+    if (all_reaped()) {
+      if (!outcome_ && store_error_.empty() && !local_failure_ && !reported_ok_) {
+        reported_ok_ = true;
+        try {
+          store_.node_succeeded(attempt_);
+        } catch (const std::exception& e) {
+          store_error_ = e.what();
+        }
+      }
+      if (outcome_ || !store_error_.empty()) break;
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({signals_.fd(), POLLIN, 0});
+    fds.push_back({watcher_->fd(), POLLIN, 0});
+    for (int fd : mux_->open_fds()) fds.push_back({fd, POLLIN, 0});
+    milliseconds timeout = kIdleWake;
+    if (stopping_ && !killed_) {
+      timeout = std::min(timeout, std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(
+                                                                 kill_deadline_ - Clock::now() + milliseconds(1))));
+    }
+    if (poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) < 0 && errno != EINTR) {
+      throw std::runtime_error(std::string("poll failed: ") + std::strerror(errno));
+    }
+    if (fds[0].revents) {
+      const auto pending = signals_.drain();
+      if (pending.termination) on_termination_signal(pending.termination);
+    }
+    if (fds[1].revents) {
+      uint64_t n;
+      [[maybe_unused]] ssize_t r = read(watcher_->fd(), &n, sizeof(n));
+      if (auto res = watcher_->result()) on_outcome(*res);
+    }
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents) mux_->on_readable(fds[i].fd);
+    }
+    if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
+      bool any = false;
+      for (const auto& w : workers_) any = any || w.alive;
+      if (any) spdlog::warn("workers still running {} ms after the stop signal: sending SIGKILL", o_.grace.count());
+      kill_remaining();
+    }
+  }
+  // Anything left in the workers' groups (their own children) goes now. A group id
+  // stays reserved while any member lives, so this cannot reach an unrelated group
+  // unless the group is already empty and its id was reused in between (the kernel
+  // would have to wrap around its pid space in that time).
+  for (const auto& w : workers_) signal_group(w.pid, SIGKILL);
+  drain_after_exit();
+  return result();
+}
+
+AttemptEnd Attempt::result() {
+  AttemptEnd end;
+  end.interrupted_by = interrupted_by_;
+  end.store_lost = !store_error_.empty() && !outcome_;
+  if (outcome_ == "ok" && !end.store_lost) {
+    end.kind = AttemptEnd::Kind::ok;
+    return end;
+  }
+  end.kind = outcome_ == "stopped" || interrupted_by_ ? AttemptEnd::Kind::stopped : AttemptEnd::Kind::failed;
+  try {
+    if (auto first = store_.first_failure(attempt_)) end.first_failure = failure_from_json(*first);
+  } catch (const std::exception& e) {
+    if (store_error_.empty()) store_error_ = e.what();
+  }
+  if (!end.first_failure) end.first_failure = local_failure_;
+  if (!end.first_failure) {
+    Failure f;
+    f.attempt = attempt_;
+    f.node = o_.node_rank;
+    f.host = host_;
+    f.reason = "node " + std::to_string(o_.node_rank) + " lost the job's store at " + store_.where() + " (" +
+               store_error_ + "); node 0's tandemrun may have ended";
+    end.first_failure = f;
+  }
+  return end;
+}
+
+}  // namespace
+
+AttemptEnd run_attempt(const LaunchOptions& options, JobStore& store, LauncherSignals& signals, Console& console,
+                       const std::string& program_path, int attempt) {
+  Attempt a(options, store, signals, console, program_path, attempt);
+  return a.run();
+}
+
+}  // namespace tandem::launcher

@@ -1,0 +1,41 @@
+// One attempt of the job on this node: start the local workers, copy their output,
+// and stop them all when anything fails, anywhere.
+//
+// The main loop is a single poll() over the signalfd, the outcome watcher's eventfd
+// and every worker pipe:
+//   worker exits non-zero / by a signal  -> publish the failure (first one wins) and
+//                                           the outcome "failed", stop local workers
+//   outcome appears in the store         -> another node failed (or was stopped):
+//                                           stop local workers
+//   SIGINT/SIGTERM/SIGHUP to tandemrun   -> publish "stopped", forward the signal
+//                                           (a second one: SIGKILL at once)
+// "Stop" is the signal to each worker's process group, then SIGKILL to the groups
+// still alive after --grace-s. The attempt ends when every local worker is reaped and
+// the attempt's outcome is known (a node whose workers all exited 0 waits for the
+// other nodes). Invariant: each worker's group gets SIGKILL before run() returns, so
+// nothing a worker started outlives the attempt.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "launcher/console.h"
+#include "launcher/failure.h"
+#include "launcher/options.h"
+#include "launcher/rendezvous.h"
+#include "launcher/signals.h"
+
+namespace tandem::launcher {
+
+struct AttemptEnd {
+  enum class Kind { ok, failed, stopped };
+  Kind kind = Kind::ok;
+  std::optional<Failure> first_failure;  // the job's first failure (from the store when reachable)
+  int interrupted_by = 0;                // a termination signal this tandemrun received
+  bool store_lost = false;               // the nodes can no longer coordinate
+};
+
+AttemptEnd run_attempt(const LaunchOptions& options, JobStore& store, LauncherSignals& signals, Console& console,
+                       const std::string& program_path, int attempt);
+
+}  // namespace tandem::launcher

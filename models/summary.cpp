@@ -1,0 +1,82 @@
+// Summary JSON writer (nlohmann-json) and timing statistics.
+#include "models/summary.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <stdexcept>
+
+namespace tandem {
+
+StepTimingStats step_timing_stats(std::vector<double> ms) {
+  StepTimingStats s;
+  if (ms.empty()) return s;
+  std::sort(ms.begin(), ms.end());
+  s.mean = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
+  auto pct = [&](double q) {
+    size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(ms.size())));
+    return ms[std::clamp<size_t>(rank, 1, ms.size()) - 1];
+  };
+  s.p50 = pct(0.5);
+  s.p90 = pct(0.9);
+  return s;
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+void write_summary_json(const RunSummary& s, const std::string& path) {
+  using nlohmann::json;
+  auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  json buckets = json::array();
+  for (const BucketInfo& b : s.buckets) buckets.push_back({{"bytes", b.bytes}, {"parameters", b.parameters}});
+  json j = {
+      {"mode", s.mode},
+      {"world_size", s.world_size},
+      {"replicas", s.replicas},
+      {"backend", s.backend},
+      {"device", s.device},
+      {"model", s.model},
+      {"parameters", s.parameters},
+      {"steps", s.steps},
+      {"global_batch", s.global_batch},
+      {"samples_per_s", s.samples_per_s},
+      {"step_ms", {{"mean", s.step_ms.mean}, {"p50", s.step_ms.p50}, {"p90", s.step_ms.p90}}},
+      {"forward_ms", s.phase_means.forward_ms},
+      {"backward_ms", s.phase_means.backward_ms},
+      {"comm_ms", s.phase_means.comm_ms},
+      {"exposed_comm_ms", s.phase_means.exposed_comm_ms},
+      {"optimizer_ms", s.phase_means.optimizer_ms},
+      {"final_train_loss", s.final_train_loss},
+      {"test_loss", opt(s.test_loss)},
+      {"test_accuracy", opt(s.test_accuracy)},
+      {"param_checksum", s.param_checksum},
+      {"replicas_identical", s.replicas_identical},
+      {"buckets", buckets},
+      {"threads", s.threads},
+      {"timed_steps", s.timed_steps},
+      {"epochs_completed", s.epochs_completed},
+      {"train_time_s", s.train_time_s},
+      {"peak_rss_mb", s.peak_rss_mb},
+      {"seed", s.seed},
+  };
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error("cannot write summary file '" + tmp + "'");
+    out << j.dump(2) << '\n';
+    if (!out.flush()) throw std::runtime_error("cannot write summary file '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename summary file '" + tmp + "' to '" + path + "'");
+}
+
+}  // namespace tandem

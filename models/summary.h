@@ -1,0 +1,40 @@
+// The run summary of CONTRACT.md (--summary-json): the same keys in every mode, so
+// single, DP and DDP runs compare one to one.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/strategy/strategy.h"
+
+namespace tandem {
+
+struct StepTimingStats {
+  double mean = 0, p50 = 0, p90 = 0;
+};
+// Mean and nearest-rank percentiles of step times (ms).
+StepTimingStats step_timing_stats(std::vector<double> step_ms);
+
+struct RunSummary {
+  std::string mode, backend, device, model;
+  int world_size = 1, replicas = 1, threads = 1;
+  int64_t parameters = 0, steps = 0, global_batch = 0, epochs_completed = 0, timed_steps = 0;
+  double samples_per_s = 0, train_time_s = 0;
+  StepTimingStats step_ms;
+  PhaseTimes phase_means;  // per timed step
+  double final_train_loss = 0;
+  std::optional<double> test_loss, test_accuracy;
+  std::string param_checksum;
+  bool replicas_identical = true;
+  std::vector<BucketInfo> buckets;
+  double peak_rss_mb = 0;
+  uint64_t seed = 0;
+};
+
+// Writes atomically (temporary file then rename). Throws naming the path on failure.
+void write_summary_json(const RunSummary& summary, const std::string& path);
+// Peak resident set size of this process in MiB (getrusage).
+double peak_rss_mb();
+
+}  // namespace tandem

@@ -1,0 +1,65 @@
+// tandem-train's configuration: every flag of CONTRACT.md's tandem-train, parsed with
+// CLI11. Parsing never exits: it throws UsageError (exit 2) or returns a config, or
+// returns nullopt after printing --help (exit 0); main decides the exit code.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace tandem {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainConfig {
+  // model and data
+  std::string model = "mlp";
+  int64_t hidden = 512;
+  std::string data = "fashion-mnist";  // fashion-mnist | synthetic
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t synthetic_train = 60000, synthetic_test = 10000;
+  // schedule
+  int64_t epochs = 10;
+  int64_t max_steps = 0;  // 0: no limit beyond epochs
+  int64_t batch_size = 128;  // per replica
+  float lr = 0.05f;
+  int64_t warmup_steps = -1;  // -1: 2% of the run's steps
+  float min_lr = 0.0f;
+  std::string optimizer = "sgd";
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;
+  uint64_t seed = 0;
+  // placement and distribution
+  std::string mode = "single";  // single | dp | ddp
+  int devices = 1;
+  std::string device = "cpu";   // cpu | cuda
+  int threads = 0;              // BLAS threads; 0: from OPENBLAS_NUM_THREADS/OMP_NUM_THREADS or all cores
+  std::string backend = "auto";
+  double collective_timeout_s = 600;
+  double bucket_cap_mb = 25;
+  bool no_overlap = false;
+  bool no_comm = false;
+  int64_t grad_accum = 1;
+  std::string comm_hook = "none";
+  bool find_unused_parameters = false;
+  // checkpoints
+  std::string checkpoint_dir;
+  int64_t save_every = 0;
+  std::string resume;
+  // reporting
+  int64_t eval_every = 0;
+  int64_t log_every = 50;
+  std::string trace;
+  std::string summary_json;
+  std::string log_level = "info";
+  bool progress = true;  // progress bar when stderr is a terminal
+};
+
+// Returns nullopt when --help was printed.
+std::optional<TrainConfig> parse_train_args(int argc, char** argv);
+
+}  // namespace tandem

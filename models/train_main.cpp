@@ -1,0 +1,29 @@
+// tandem-train: parses flags, runs the job, maps failures to the contract's exit codes
+// (0 success, 2 usage error, 1 any other failure).
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "models/train_config.h"
+#include "models/trainer.h"
+
+int main(int argc, char** argv) {
+  std::optional<tandem::TrainConfig> config;
+  try {
+    config = tandem::parse_train_args(argc, argv);
+  } catch (const tandem::UsageError& e) {
+    std::fprintf(stderr, "tandem-train: usage error: %s\nRun with --help for the accepted flags.\n", e.what());
+    return 2;
+  }
+  if (!config) return 0;
+  spdlog::set_level(spdlog::level::from_str(config->log_level));
+  spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
+  try {
+    tandem::run_training(*config);
+  } catch (const std::exception& e) {
+    spdlog::error("tandem-train failed: {}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,276 @@
+// tandem-train's loop. Timing: a step's wall time runs from fetching its batch to the
+// end of the optimizer update; the first steps (warm-up: allocator, caches, BLAS
+// buffers) are excluded from samples_per_s and the phase means.
+#include "models/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "models/progress.h"
+#include "models/summary.h"
+#include "models/zoo.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/loader.h"
+#include "runtime/kernels.h"
+#include "collectives/init.h"
+#include "runtime/strategy/data_parallel.h"
+#include "runtime/strategy/ddp.h"
+#include "runtime/strategy/single.h"
+#include "runtime/trace.h"
+
+namespace tandem {
+namespace {
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
+    if (const char* v = std::getenv(var)) {
+      int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  // Share the cores among the processes of this node (tandemrun sets the variables
+  // above itself; under plain mpirun divide by the local process count).
+  int local = 1;
+  for (const char* var : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    if (const char* v = std::getenv(var)) {
+      local = std::max(1, std::atoi(v));
+      break;
+    }
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+}
+
+struct Data {
+  std::shared_ptr<const Dataset> train, test;
+};
+
+Data load_data(const TrainConfig& c) {
+  Data d;
+  if (c.data == "fashion-mnist") {
+    d.train = std::make_shared<const Dataset>(load_fashion_mnist(c.data_dir, true));
+    d.test = std::make_shared<const Dataset>(load_fashion_mnist(c.data_dir, false));
+  } else {
+    d.train = std::make_shared<const Dataset>(make_synthetic(c.synthetic_train, c.seed, true));
+    d.test = std::make_shared<const Dataset>(make_synthetic(c.synthetic_test, c.seed, false));
+  }
+  return d;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void run_training(const TrainConfig& c) {
+  const int threads = c.mode == "dp" ? 1 : resolve_threads(c.threads);
+  set_cpu_threads(threads);
+  const Device device = Device::cpu();
+
+  Data data = load_data(c);
+  ModelConfig mc;
+  mc.name = c.model;
+  mc.hidden = c.hidden;
+  mc.in_channels = data.train->channels;
+  mc.height = data.train->height;
+  mc.width = data.train->width;
+  mc.classes = data.train->classes;
+
+  OptimizerConfig oc;
+  oc.kind = parse_optimizer_kind(c.optimizer);
+  oc.momentum = c.momentum;
+  oc.nesterov = c.nesterov;
+  oc.weight_decay = c.weight_decay;
+
+  std::unique_ptr<Tracer> tracer;
+  std::unique_ptr<Strategy> strategy;
+  if (c.mode == "ddp") {
+    InitOptions io;
+    io.backend = parse_backend(c.backend);
+    io.device = device.kind;
+    io.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.collective_timeout_s * 1000));
+    std::shared_ptr<ProcessGroup> group = init_process_group(io);
+    if (group->rank() != 0 && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
+    tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(group->rank());
+    ReducerOptions ro;
+    ro.bucket_cap_bytes = static_cast<size_t>(c.bucket_cap_mb * 1024 * 1024);
+    ro.first_bucket_cap_bytes = std::min<size_t>(ro.bucket_cap_bytes, 1u << 20);
+    ro.overlap = !c.no_overlap;
+    ro.communicate = !c.no_comm;
+    ro.find_unused = c.find_unused_parameters;
+    ro.hook = parse_comm_hook(c.comm_hook);
+    ro.timeout = io.timeout;
+    strategy = std::make_unique<DdpStrategy>(build_model(mc, c.seed), oc, device, group, ro, tracer.get());
+  } else if (c.mode == "dp") {
+    // Each replica is a worker thread with single-threaded BLAS (one "device" each).
+    set_cpu_threads(1);
+    tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(0);
+    std::vector<std::unique_ptr<Model>> models;
+    std::vector<Device> devices;
+    for (int d = 0; d < c.devices; ++d) {
+      models.push_back(build_model(mc, c.seed));
+      devices.push_back(device);
+    }
+    strategy = std::make_unique<DataParallelStrategy>(std::move(models), oc, devices);
+  } else {
+    tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(0);
+    strategy = std::make_unique<SingleStrategy>(build_model(mc, c.seed), oc, device);
+    strategy->model().set_tracer(tracer.get());
+  }
+  const int replicas = strategy->replicas();
+
+  // DDP ranks each load their shard; DataParallel loads the global batch and scatters it.
+  const bool ddp = strategy->mode() == std::string("ddp");
+  SamplerOptions so;
+  so.num_replicas = ddp ? replicas : 1;
+  so.rank = strategy->rank();
+  so.seed = c.seed;
+  DataLoader train_loader(data.train, DistributedSampler(data.train->size, so),
+                          ddp ? c.batch_size : c.batch_size * replicas, true);
+  SamplerOptions eval_so;
+  eval_so.shuffle = false;
+  eval_so.pad = false;
+  DataLoader test_loader(data.test, DistributedSampler(data.test->size, eval_so), 256, false);
+
+  const int64_t accum = c.grad_accum;
+  const int64_t steps_per_epoch = train_loader.steps_per_epoch() / accum;
+  if (steps_per_epoch == 0)
+    throw std::runtime_error("the training set (" + std::to_string(data.train->size) +
+                             " samples) is smaller than one global batch of " +
+                             std::to_string(c.batch_size * replicas * accum));
+  int64_t total_steps = steps_per_epoch * c.epochs;
+  if (c.max_steps > 0) total_steps = std::min(total_steps, c.max_steps);
+  const int64_t warmup = c.warmup_steps >= 0 ? c.warmup_steps : total_steps / 50;
+  LrSchedule schedule(c.lr, warmup, total_steps, c.min_lr);
+  const int64_t global_batch = c.batch_size * replicas * accum;
+  const int64_t untimed = total_steps > 1 ? std::min<int64_t>(5, std::max<int64_t>(1, total_steps / 10)) : 0;
+
+  spdlog::info("{}: model {} ({} parameters), {} {} train / {} test, global batch {}, {} steps "
+               "({} per epoch), {} threads, lr {} (warm-up {} steps, cosine), {}",
+               strategy->mode(), c.model, strategy->model().num_parameters(), c.data, data.train->size,
+               data.test->size, global_batch, total_steps, steps_per_epoch, threads, c.lr, warmup,
+               c.optimizer);
+
+  const bool tty = c.progress && isatty(STDERR_FILENO) && strategy->rank() == 0;
+  std::vector<double> step_ms;
+  PhaseTimes timed_phases;
+  double last_loss = 0;
+  std::optional<EvalResult> last_eval;
+  int64_t last_eval_step = -1;
+  int64_t step = 0, epochs_completed = 0;
+  auto run_t0 = std::chrono::steady_clock::now();
+
+  auto evaluate = [&](const char* when) {
+    last_eval = strategy->evaluate(test_loader);
+    last_eval_step = step;
+    spdlog::info("eval ({}) step {}: test_loss {:.4f} test_accuracy {:.4f}", when, step, last_eval->loss,
+                 last_eval->accuracy);
+  };
+
+  for (int64_t epoch = 0; epoch < c.epochs && step < total_steps; ++epoch) {
+    train_loader.set_epoch(epoch);
+    ProgressBar bar(tty, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs),
+                    std::min(steps_per_epoch, total_steps - step));
+    double epoch_loss_sum = 0, epoch_ms = 0;
+    int64_t epoch_steps = 0;
+    while (step < total_steps) {
+      auto t0 = std::chrono::steady_clock::now();
+      std::vector<Batch> micro;
+      while (static_cast<int64_t>(micro.size()) < accum) {
+        std::optional<Batch> batch = train_loader.next();
+        if (!batch) break;
+        micro.push_back(std::move(*batch));
+      }
+      if (static_cast<int64_t>(micro.size()) < accum) break;
+      PhaseTimes phases;
+      StepOutput out = strategy->forward_backward(micro, phases);
+      {
+        Tracer::Scope span(tracer.get(), "optimizer step");
+        strategy->step(schedule.at(step), phases);
+      }
+      double ms = ms_since(t0);
+      last_loss = out.loss;
+      if (step >= untimed) {
+        step_ms.push_back(ms);
+        timed_phases.forward_ms += phases.forward_ms;
+        timed_phases.backward_ms += phases.backward_ms;
+        timed_phases.comm_ms += phases.comm_ms;
+        timed_phases.exposed_comm_ms += phases.exposed_comm_ms;
+        timed_phases.optimizer_ms += phases.optimizer_ms;
+      }
+      ++step;
+      ++epoch_steps;
+      epoch_loss_sum += out.loss;
+      epoch_ms += ms;
+      const double sps = static_cast<double>(epoch_steps * global_batch) / (epoch_ms / 1000.0);
+      bar.update(epoch_steps, out.loss, sps);
+      if (!tty && step % c.log_every == 0)
+        spdlog::info("step {}/{} loss {:.4f} lr {:.5f} {:.0f} samples/s", step, total_steps, out.loss,
+                     schedule.at(step - 1), sps);
+      if (c.eval_every > 0 && step % c.eval_every == 0) {
+        bar.finish();
+        evaluate("every");
+      }
+    }
+    bar.finish();
+    if (epoch_steps == 0) break;
+    const bool full_epoch = train_loader.position().step_in_epoch >= steps_per_epoch * accum;
+    if (full_epoch) ++epochs_completed;
+    if (last_eval_step != step) evaluate(full_epoch ? "epoch" : "end");
+    spdlog::info("epoch {}/{}{}: train_loss {:.4f} test_loss {:.4f} test_accuracy {:.4f} {:.0f} samples/s",
+                 epoch + 1, c.epochs, full_epoch ? "" : " (partial)", epoch_loss_sum / epoch_steps,
+                 last_eval->loss, last_eval->accuracy,
+                 static_cast<double>(epoch_steps * global_batch) / (epoch_ms / 1000.0));
+  }
+  if (last_eval_step != step) evaluate("end");
+
+  RunSummary s;
+  s.mode = strategy->mode();
+  s.backend = strategy->backend();
+  s.device = device.str();
+  s.model = c.model;
+  s.world_size = ddp ? replicas : 1;
+  s.replicas = replicas;
+  s.threads = threads;
+  s.parameters = strategy->model().num_parameters();
+  s.steps = step;
+  s.global_batch = global_batch;
+  s.epochs_completed = epochs_completed;
+  s.timed_steps = static_cast<int64_t>(step_ms.size());
+  s.train_time_s = ms_since(run_t0) / 1000.0;
+  double timed_total_ms = 0;
+  for (double ms : step_ms) timed_total_ms += ms;
+  if (!step_ms.empty()) {
+    const double n = static_cast<double>(step_ms.size());
+    s.samples_per_s = n * static_cast<double>(global_batch) / (timed_total_ms / 1000.0);
+    s.phase_means = {timed_phases.forward_ms / n, timed_phases.backward_ms / n, timed_phases.comm_ms / n,
+                     timed_phases.exposed_comm_ms / n, timed_phases.optimizer_ms / n};
+  }
+  s.step_ms = step_timing_stats(step_ms);
+  s.final_train_loss = strategy->global_loss(last_loss);
+  if (last_eval) {
+    s.test_loss = last_eval->loss;
+    s.test_accuracy = last_eval->accuracy;
+  }
+  s.param_checksum = parameter_checksum(strategy->model());
+  s.replicas_identical = strategy->replicas_identical();
+  s.buckets = strategy->buckets();
+  s.peak_rss_mb = peak_rss_mb();
+  s.seed = c.seed;
+  spdlog::info("done: {} steps, final_train_loss {:.4f}, test_accuracy {:.4f}, {:.0f} samples/s, "
+               "step {:.2f} ms (p50 {:.2f}, p90 {:.2f}), peak RSS {:.0f} MiB, checksum {}",
+               s.steps, s.final_train_loss, s.test_accuracy.value_or(0), s.samples_per_s, s.step_ms.mean,
+               s.step_ms.p50, s.step_ms.p90, s.peak_rss_mb, s.param_checksum);
+  if (!c.trace.empty()) tracer->write(trace_path_for_rank(c.trace, strategy->rank(), s.world_size));
+  if (!c.summary_json.empty() && strategy->rank() == 0) write_summary_json(s, c.summary_json);
+  strategy->barrier();
+}
+
+}  // namespace tandem

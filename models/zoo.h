@@ -1,0 +1,26 @@
+// The model zoo. Each builder returns a Model with deterministic parameters for a seed;
+// parameter names are the layer names below (fc1.weight, conv2.bias, ...).
+//   mlp: Flatten -> fc1 784xH -> ReLU -> fc2 HxH -> ReLU -> fc3 Hx10
+//   cnn: conv1 1->32 3x3 p1 -> ReLU -> pool 2 -> conv2 32->64 3x3 p1 -> ReLU -> pool 2
+//        -> Flatten -> fc1 3136x48 -> ReLU -> fc2 48x10            (169,882 parameters)
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/model.h"
+
+namespace tandem {
+
+struct ModelConfig {
+  std::string name = "mlp";  // mlp | cnn
+  int64_t hidden = 512;      // mlp width (cnn ignores it)
+  int64_t in_channels = 1, height = 28, width = 28, classes = 10;
+};
+
+const std::vector<std::string>& model_names();
+// Throws std::invalid_argument naming the model and the accepted names.
+std::unique_ptr<Model> build_model(const ModelConfig& config, uint64_t seed);
+
+}  // namespace tandem

@@ -1,0 +1,97 @@
+// The CPU Kernels class, shared by its two translation units: cpu_kernels.cpp (BLAS,
+// elementwise, dtype conversion) and cpu_kernels_nn.cpp (convolution, pooling,
+// normalisation, loss, optimizers). Internal to runtime/cpu/: callers use
+// tandem::cpu::kernels() or kernels_for(Device::cpu()).
+// Invariant: every method follows kernels.h exactly (outputs first; *_acc adds, the rest
+// overwrite) and keeps no state between calls, so one instance serves every thread.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/kernels.h"
+
+namespace tandem::cpu {
+
+// The i-th draw of a splitmix64 stream seeded with `seed` (Steele et al. 2014), i.e. the
+// finaliser applied to seed + (i+1) * golden gamma. Dropout draws its mask from it, so
+// any device that evaluates the same function produces the same mask.
+inline uint64_t splitmix64_at(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Sum of n floats in 16 independent float lanes: GCC vectorises it without reassociation
+// flags, and the lanes keep the rounding error of long sums small.
+inline float lane_sum(const float* __restrict x, int64_t n) {
+  constexpr int L = 16;
+  float acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int k = 0; k < L; ++k) acc[k] += x[i + k];
+  float tail = 0.f;
+  for (; i < n; ++i) tail += x[i];
+  for (int k = 0; k < L; ++k) tail += acc[k];
+  return tail;
+}
+
+class CpuKernels final : public Kernels {
+ public:
+  Device device() const override { return Device::cpu(); }
+
+  void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
+            bool trans_b, float alpha, float beta) override;
+
+  void fill(float* x, int64_t n, float value) override;
+  void copy(float* dst, const float* src, int64_t n) override;
+  void scale(float* x, int64_t n, float alpha) override;
+  void axpy(float* y, const float* x, int64_t n, float alpha) override;
+  void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
+  void sum_rows_acc(float* out, const float* x, int64_t rows, int64_t cols) override;
+  void add_bias_channels(float* y, const float* bias, int64_t n, int64_t c, int64_t hw) override;
+  void sum_channels_acc(float* out, const float* x, int64_t n, int64_t c, int64_t hw) override;
+  void relu_forward(float* y, const float* x, int64_t n) override;
+  void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override;
+  void gelu_forward(float* y, const float* x, int64_t n) override;
+  void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) override;
+  void dropout_forward(float* y, float* mask, const float* x, int64_t n, float p,
+                       uint64_t seed) override;
+  void mul(float* y, const float* a, const float* b, int64_t n) override;
+
+  void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+              int64_t stride, int64_t pad, int64_t oh, int64_t ow) override;
+  void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                  int64_t stride, int64_t pad, int64_t oh, int64_t ow) override;
+  void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w,
+                       int64_t k, int64_t stride, int64_t oh, int64_t ow) override;
+  void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t planes, int64_t h,
+                        int64_t w, int64_t oh, int64_t ow) override;
+
+  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                         const float* beta, int64_t rows, int64_t cols, float eps) override;
+  void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                          const float* gamma, const float* mean, const float* rstd, int64_t rows,
+                          int64_t cols) override;
+  void softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels,
+                            int64_t rows, int64_t classes) override;
+  void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
+                             int64_t classes, float scale) override;
+  int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
+                        int64_t classes) override;
+  double sum(const float* x, int64_t n) override;
+
+  void sgd_update(float* param, float* momentum_buf, const float* grad, int64_t n, float lr,
+                  float momentum, float weight_decay, bool nesterov, bool first_step) override;
+  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
+
+  void f32_to_f16(uint16_t* dst, const float* src, int64_t n) override;
+  void f16_to_f32(float* dst, const uint16_t* src, int64_t n) override;
+  void f32_to_bf16(uint16_t* dst, const float* src, int64_t n) override;
+  void bf16_to_f32(float* dst, const uint16_t* src, int64_t n) override;
+
+  void synchronize() override {}
+};
+
+}  // namespace tandem::cpu

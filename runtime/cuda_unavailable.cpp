@@ -1,0 +1,20 @@
+// CUDA entry points for a build without CUDA: every call that needs a GPU says so.
+#include <stdexcept>
+
+#include "runtime/cuda_device.h"
+
+namespace tandem::cuda {
+
+[[noreturn]] static void no_cuda() {
+  throw std::runtime_error(
+      "this Tandem build has no CUDA support (configure with nvcc available, or "
+      "-DTANDEM_WITH_CUDA=ON); use --device cpu");
+}
+
+int device_count() { return 0; }
+void* alloc(size_t, int) { no_cuda(); }
+void free(void*, size_t, int) {}
+void copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
+Kernels& kernels(int) { no_cuda(); }
+
+}  // namespace tandem::cuda

@@ -1,0 +1,98 @@
+// DataLoader and batch assembly.
+// Invariant: a batch depends only on (sampler options, epoch, step), never on loader history.
+#include "runtime/data/loader.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace tandem {
+
+Batch make_batch(const Dataset& dataset, std::span<const int64_t> indices) {
+  const int64_t B = static_cast<int64_t>(indices.size());
+  const int64_t numel = dataset.sample_numel();
+  std::array<float, 256> table;
+  for (int p = 0; p < 256; ++p)
+    table[p] = (static_cast<float>(p) / 255.0f - dataset.mean) / dataset.std;
+
+  Batch batch;
+  batch.images = Tensor::empty({B, dataset.channels, dataset.height, dataset.width}, DType::f32);
+  batch.labels = Tensor::empty({B}, DType::i32);
+  batch.indices.assign(indices.begin(), indices.end());
+  float* images = batch.images.f32();
+  int32_t* labels = batch.labels.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t i = indices[static_cast<size_t>(b)];
+    if (i < 0 || i >= dataset.size)
+      throw std::out_of_range("make_batch: index " + std::to_string(i) + " is outside dataset '" +
+                              dataset.name + "' of " + std::to_string(dataset.size) + " samples");
+    const uint8_t* src = dataset.sample(i);
+    float* dst = images + b * numel;
+    for (int64_t k = 0; k < numel; ++k) dst[k] = table[src[k]];
+    labels[b] = dataset.labels[static_cast<size_t>(i)];
+  }
+  return batch;
+}
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler,
+                       int64_t batch_size, bool drop_last)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), batch_size_(batch_size),
+      drop_last_(drop_last) {
+  if (!dataset_) throw std::invalid_argument("DataLoader: no dataset");
+  if (batch_size_ < 1)
+    throw std::invalid_argument("DataLoader: batch size must be >= 1, got " +
+                                std::to_string(batch_size_));
+  if (sampler_.dataset_size() != dataset_->size)
+    throw std::invalid_argument("DataLoader: sampler covers " +
+                                std::to_string(sampler_.dataset_size()) + " samples, dataset '" +
+                                dataset_->name + "' has " + std::to_string(dataset_->size));
+}
+
+int64_t DataLoader::steps_per_epoch() const {
+  const int64_t n = sampler_.num_samples();
+  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+}
+
+void DataLoader::seek(LoaderPosition position) {
+  if (position.epoch != sampler_.epoch()) sampler_.set_epoch(position.epoch);
+  const int64_t steps = steps_per_epoch();
+  if (position.step_in_epoch < 0 || position.step_in_epoch > steps)
+    throw std::out_of_range("DataLoader: step " + std::to_string(position.step_in_epoch) +
+                            " is outside an epoch of " + std::to_string(steps) + " steps");
+  step_ = position.step_in_epoch;
+}
+
+LoaderPosition DataLoader::position_of(int64_t global_step) const {
+  const int64_t steps = steps_per_epoch();
+  if (steps == 0) throw std::logic_error("DataLoader: an epoch has no full batch");
+  if (global_step < 0)
+    throw std::out_of_range("DataLoader: negative global step " + std::to_string(global_step));
+  return {global_step / steps, global_step % steps};
+}
+
+std::optional<Batch> DataLoader::next() {
+  if (step_ >= steps_per_epoch()) return std::nullopt;
+  Batch batch = batch_at(step_);
+  ++step_;
+  return batch;
+}
+
+Batch DataLoader::batch_at(int64_t step) const {
+  const int64_t steps = steps_per_epoch();
+  if (step < 0 || step >= steps)
+    throw std::out_of_range("DataLoader: batch " + std::to_string(step) +
+                            " is outside an epoch of " + std::to_string(steps) + " steps");
+  const std::vector<int64_t>& order = sampler_.indices();
+  const int64_t begin = step * batch_size_;
+  const int64_t end = std::min(begin + batch_size_, static_cast<int64_t>(order.size()));
+  Batch batch = make_batch(*dataset_, std::span<const int64_t>(order.data() + begin,
+                                                               static_cast<size_t>(end - begin)));
+  batch.epoch = sampler_.epoch();
+  batch.step_in_epoch = step;
+  return batch;
+}
+
+}  // namespace tandem

@@ -1,0 +1,81 @@
+// DataLoader: cuts one replica's epoch order (a DistributedSampler) into batches of normalised
+// CPU tensors; callers move them to their device.
+// Invariant: batch (epoch, step) holds exactly sampler positions [step*b, step*b + b) of that
+// epoch, whatever was loaded before, so seek() resumes a run's data order exactly and the R
+// replicas' batches at step i interleave into the single-process batch i of size R*b (replica
+// r's j-th sample sits at position r + R*j of it) whenever the dataset needs no padding.
+//
+// drop_last = true (training): a short final batch is dropped, so every step has the full
+// batch and all replicas take the same number of steps. drop_last = false (evaluation): the
+// final batch is smaller. There is no background prefetch: assembling a batch is one table
+// lookup per pixel (~0.1 ms for 128 Fashion-MNIST images), far below a training step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "runtime/data/dataset.h"
+#include "runtime/data/sampler.h"
+#include "runtime/tensor.h"
+
+namespace tandem {
+
+struct Batch {
+  Tensor images;                 // (B, C, H, W) f32, normalised, CPU
+  Tensor labels;                 // (B) i32, CPU
+  std::vector<int64_t> indices;  // (B) dataset index of each sample, in batch order
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  int64_t size() const { return static_cast<int64_t>(indices.size()); }
+};
+
+// Where a loader stands: the batch next() will return. Saved in checkpoints.
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  bool operator==(const LoaderPosition&) const = default;
+};
+
+// Gathers `indices` of `dataset` into a batch, normalising (p/255 - mean) / std through a
+// 256-entry table. Throws std::out_of_range for an index outside the dataset.
+Batch make_batch(const Dataset& dataset, std::span<const int64_t> indices);
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler, int64_t batch_size,
+             bool drop_last);
+
+  int64_t batch_size() const { return batch_size_; }
+  bool drop_last() const { return drop_last_; }
+  // Batches per epoch for this replica (the same for every replica when the sampler pads).
+  int64_t steps_per_epoch() const;
+
+  // Makes (epoch, step_in_epoch) the next batch; step_in_epoch == steps_per_epoch() means
+  // that epoch is finished. Throws std::out_of_range for a step outside [0, steps_per_epoch()].
+  void seek(LoaderPosition position);
+  void set_epoch(int64_t epoch) { seek({epoch, 0}); }
+  LoaderPosition position() const { return {sampler_.epoch(), step_}; }
+  // The position after `global_step` steps counted from epoch 0, step 0.
+  LoaderPosition position_of(int64_t global_step) const;
+
+  // The next batch of the current epoch and advances, or nullopt once the epoch is done
+  // (then set_epoch(epoch + 1) starts the next one).
+  std::optional<Batch> next();
+  // Batch `step` of the current epoch, without moving the position.
+  Batch batch_at(int64_t step) const;
+
+  const Dataset& dataset() const { return *dataset_; }
+  const DistributedSampler& sampler() const { return sampler_; }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  DistributedSampler sampler_;
+  int64_t batch_size_;
+  bool drop_last_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,112 @@
+// The device kernel interface. Every op a layer, optimizer or strategy needs is a
+// method here; runtime/cpu/ implements it with OpenBLAS and plain loops, runtime/cuda/
+// with cuBLAS and CUDA kernels. Model code never sees this: it calls runtime/ops.h,
+// which checks shapes and devices and dispatches here (ARCHITECTURE.md, "Device and ops").
+//
+// Conventions (the same for every method, as llm.c's launchers):
+//   outputs first, then inputs, then sizes; pointers are device pointers of the
+//   implementing device; every matrix is row-major and contiguous; `n` counts elements.
+//   Methods named *_acc ADD into their output (gradients accumulate); others overwrite.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace tandem {
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  virtual Device device() const = 0;
+
+  // --- dense algebra -------------------------------------------------------------
+  // C(M,N) = alpha * op(A) * op(B) + beta * C; op(A) is (M,K), op(B) is (K,N).
+  virtual void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
+                    bool trans_a, bool trans_b, float alpha, float beta) = 0;
+
+  // --- elementwise -----------------------------------------------------------------
+  virtual void fill(float* x, int64_t n, float value) = 0;
+  virtual void copy(float* dst, const float* src, int64_t n) = 0;
+  virtual void scale(float* x, int64_t n, float alpha) = 0;                   // x *= alpha
+  virtual void axpy(float* y, const float* x, int64_t n, float alpha) = 0;     // y += alpha*x
+  virtual void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) = 0;
+  virtual void sum_rows_acc(float* out, const float* x, int64_t rows, int64_t cols) = 0;
+  // y(N,C,HW) += bias(C) broadcast; out(C) += sum over N and HW of x(N,C,HW)
+  virtual void add_bias_channels(float* y, const float* bias, int64_t n, int64_t c, int64_t hw) = 0;
+  virtual void sum_channels_acc(float* out, const float* x, int64_t n, int64_t c, int64_t hw) = 0;
+  virtual void relu_forward(float* y, const float* x, int64_t n) = 0;
+  virtual void relu_backward(float* dx, const float* dy, const float* y, int64_t n) = 0;
+  // GELU, exact (erf) form as PyTorch's default.
+  virtual void gelu_forward(float* y, const float* x, int64_t n) = 0;
+  virtual void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) = 0;
+  // Inverted dropout. mask[i] is 0 or 1/(1-p), drawn from a counter-based hash of
+  // (seed, i), so CPU and CUDA produce the same mask for the same seed.
+  virtual void dropout_forward(float* y, float* mask, const float* x, int64_t n, float p,
+                               uint64_t seed) = 0;
+  virtual void mul(float* y, const float* a, const float* b, int64_t n) = 0;  // y = a*b
+
+  // --- convolution and pooling -----------------------------------------------------
+  // One image (C,H,W) -> columns (C*KH*KW, OH*OW), zero padding.
+  virtual void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh,
+                      int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) = 0;
+  // Columns -> image, ADDING overlapping contributions into img (C,H,W).
+  virtual void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh,
+                          int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) = 0;
+  // x (planes,H,W) -> y (planes,OH,OW); argmax holds the flat h*W+w index of each max.
+  virtual void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h,
+                               int64_t w, int64_t k, int64_t stride, int64_t oh, int64_t ow) = 0;
+  // dx (planes,H,W) is overwritten (zeroed, then scattered into).
+  virtual void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t planes,
+                                int64_t h, int64_t w, int64_t oh, int64_t ow) = 0;
+
+  // --- normalisation and loss ------------------------------------------------------
+  // Per row of x (rows,cols): y = (x-mean)*rstd*gamma + beta; saves mean and rstd (rows).
+  virtual void layernorm_forward(float* y, float* mean, float* rstd, const float* x,
+                                 const float* gamma, const float* beta, int64_t rows, int64_t cols,
+                                 float eps) = 0;
+  // dx overwritten; dgamma and dbeta accumulated.
+  virtual void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
+                                  const float* x, const float* gamma, const float* mean,
+                                  const float* rstd, int64_t rows, int64_t cols) = 0;
+  // probs = softmax(logits) per row; losses[r] = -log probs[r, labels[r]].
+  virtual void softmax_xent_forward(float* probs, float* losses, const float* logits,
+                                    const int32_t* labels, int64_t rows, int64_t classes) = 0;
+  // dlogits = (probs - onehot(labels)) * scale.
+  virtual void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels,
+                                     int64_t rows, int64_t classes, float scale) = 0;
+  // Number of rows whose argmax equals the label.
+  virtual int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
+                                int64_t classes) = 0;
+  virtual double sum(const float* x, int64_t n) = 0;
+
+  // --- optimizers (one fused update per tensor) ------------------------------------
+  // PyTorch SGD semantics: g = grad + wd*p; buf = momentum*buf + g (buf = g on the
+  // first step); step = nesterov ? g + momentum*buf : buf; p -= lr*step.
+  virtual void sgd_update(float* param, float* momentum_buf, const float* grad, int64_t n, float lr,
+                          float momentum, float weight_decay, bool nesterov, bool first_step) = 0;
+  // PyTorch AdamW semantics (decoupled decay); `step` counts from 1.
+  virtual void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay,
+                            int64_t step) = 0;
+
+  // --- dtype conversion (communication compression) --------------------------------
+  // Round to nearest even.
+  virtual void f32_to_f16(uint16_t* dst, const float* src, int64_t n) = 0;
+  virtual void f16_to_f32(float* dst, const uint16_t* src, int64_t n) = 0;
+  virtual void f32_to_bf16(uint16_t* dst, const float* src, int64_t n) = 0;
+  virtual void bf16_to_f32(float* dst, const uint16_t* src, int64_t n) = 0;
+
+  // Waits for every kernel issued on this device's compute stream (no-op on CPU).
+  virtual void synchronize() = 0;
+};
+
+// The kernels of `device`. Throws a clear error for CUDA in a build without it.
+Kernels& kernels_for(Device device);
+
+// Threads OpenBLAS may use in this process (the caller decides; tandem-train passes
+// --threads or the launcher's share of the cores).
+void set_cpu_threads(int threads);
+int cpu_threads();
+
+}  // namespace tandem

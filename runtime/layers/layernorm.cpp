@@ -1,0 +1,55 @@
+// LayerNorm forward/backward over the device kernels.
+#include "runtime/layers/layernorm.h"
+
+#include <stdexcept>
+
+#include "runtime/kernels.h"
+#include "runtime/layers/layer_util.h"
+
+namespace tandem {
+
+LayerNorm::LayerNorm(int64_t features, float eps) : features_(features), eps_(eps) {
+  if (features <= 0)
+    throw std::invalid_argument("LayerNorm: features must be positive, got " + std::to_string(features));
+  if (!(eps > 0.f)) throw std::invalid_argument("LayerNorm: eps must be positive");
+  weight_ = &add_parameter("weight", {features_});
+  bias_ = &add_parameter("bias", {features_});
+  reset_parameters(0);  // ones and zeros do not depend on the seed
+}
+
+void LayerNorm::reset_parameters(uint64_t) {
+  init_constant(*weight_, 1.f);
+  init_constant(*bias_, 0.f);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  check_tensor(kind(), "input", x, device_);
+  if (x.ndim() < 1 || x.dim(-1) != features_)
+    throw_shape_error(kind(), "input", "(..., " + std::to_string(features_) + ")", x.shape());
+  const int64_t rows = x.numel() / features_;
+  Tensor y = reuse_buffer(y_cache_, x.shape(), device_);
+  reuse_buffer(mean_, {rows}, device_);
+  reuse_buffer(rstd_, {rows}, device_);
+  kernels_for(device_).layernorm_forward(y.f32(), mean_.f32(), rstd_.f32(), x.f32(),
+                                         weight_->value.f32(), bias_->value.f32(), rows, features_,
+                                         eps_);
+  x_ = x;
+  return y;
+}
+
+Tensor LayerNorm::backward(const Tensor& dy) {
+  check_saved(kind(), x_.defined());
+  check_tensor(kind(), "output gradient", dy, device_);
+  if (dy.shape() != x_.shape())
+    throw_shape_error(kind(), "output gradient", shape_str(x_.shape()), dy.shape());
+  const int64_t rows = x_.numel() / features_;
+  // The kernel produces dx together with dgamma/dbeta, so it is returned even when not needed.
+  Tensor dx = reuse_buffer(dx_cache_, x_.shape(), device_);
+  kernels_for(device_).layernorm_backward(dx.f32(), grad_ptr(*weight_), grad_ptr(*bias_), dy.f32(),
+                                          x_.f32(), weight_->value.f32(), mean_.f32(), rstd_.f32(), rows,
+                                          features_);
+  x_ = Tensor();
+  return dx;
+}
+
+}  // namespace tandem

@@ -1,0 +1,65 @@
+// Linear forward/backward: one GEMM forward, two GEMMs and a row sum backward.
+#include "runtime/layers/linear.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "runtime/kernels.h"
+#include "runtime/layers/layer_util.h"
+
+namespace tandem {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
+    : in_(in_features), out_(out_features) {
+  if (in_features <= 0 || out_features <= 0)
+    throw std::invalid_argument("Linear: in_features and out_features must be positive, got " +
+                                std::to_string(in_features) + " and " + std::to_string(out_features));
+  weight_ = &add_parameter("weight", {out_, in_});
+  if (bias) bias_ = &add_parameter("bias", {out_});
+}
+
+void Linear::reset_parameters(uint64_t seed) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
+  init_uniform(*weight_, seed, bound);
+  if (bias_) init_uniform(*bias_, seed, bound);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_tensor(kind(), "input", x, device_);
+  if (x.ndim() < 2 || x.dim(-1) != in_)
+    throw_shape_error(kind(), "input", "(N, " + std::to_string(in_) + ")", x.shape());
+  const int64_t rows = x.numel() / in_;
+  Shape y_shape = x.shape();
+  y_shape.back() = out_;
+  Kernels& k = kernels_for(device_);
+  Tensor y = reuse_buffer(y_cache_, y_shape, device_);
+  // y (rows, out) = x (rows, in) * W^T (in, out)
+  k.gemm(y.f32(), x.f32(), weight_->value.f32(), rows, out_, in_, false, true, 1.f, 0.f);
+  if (bias_) k.add_bias_rows(y.f32(), bias_->value.f32(), rows, out_);
+  x_ = x;
+  return y;
+}
+
+Tensor Linear::backward(const Tensor& dy) {
+  check_saved(kind(), x_.defined());
+  check_tensor(kind(), "output gradient", dy, device_);
+  Shape y_shape = x_.shape();
+  y_shape.back() = out_;
+  if (dy.shape() != y_shape)
+    throw_shape_error(kind(), "output gradient", shape_str(y_shape), dy.shape());
+  const int64_t rows = x_.numel() / in_;
+  Kernels& k = kernels_for(device_);
+  // dW (out, in) += dy^T (out, rows) * x (rows, in); beta = 1 accumulates.
+  k.gemm(grad_ptr(*weight_), dy.f32(), x_.f32(), out_, in_, rows, true, false, 1.f, 1.f);
+  if (bias_) k.sum_rows_acc(grad_ptr(*bias_), dy.f32(), rows, out_);
+  Tensor dx;
+  if (needs_input_grad_) {
+    dx = reuse_buffer(dx_cache_, x_.shape(), device_);
+    // dx (rows, in) = dy (rows, out) * W (out, in)
+    k.gemm(dx.f32(), dy.f32(), weight_->value.f32(), rows, in_, out_, false, false, 1.f, 0.f);
+  }
+  x_ = Tensor();
+  return dx;
+}
+
+}  // namespace tandem

@@ -1,0 +1,101 @@
+// Model: sequential forward/backward and the gradient-ready seam.
+#include "runtime/model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "runtime/kernels.h"
+
+namespace tandem {
+
+Model& Model::add(const std::string& name, std::unique_ptr<Module> module) {
+  for (const auto& l : layers_)
+    if (l.name == name) throw std::invalid_argument("duplicate layer name '" + name + "'");
+  module->set_prefix(name);
+  module->to(device_);
+  for (Parameter* p : module->parameters()) params_.push_back(p);
+  layers_.push_back({name, std::move(module)});
+  return *this;
+}
+
+Tensor Model::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& l : layers_) {
+    if (tracer_) {
+      Tracer::Scope span(tracer_, "forward " + l.name);
+      h = l.module->forward(h);
+    } else {
+      h = l.module->forward(h);
+    }
+  }
+  return h;
+}
+
+Tensor Model::backward(const Tensor& dy) {
+  Tensor g = dy;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (tracer_) {
+      Tracer::Scope span(tracer_, "backward " + layers_[i].name);
+      g = layers_[i].module->backward(g);
+    } else {
+      g = layers_[i].module->backward(g);
+    }
+    fire_grad_ready(*layers_[i].module);
+  }
+  return g;
+}
+
+void Model::fire_grad_ready(Module& module) {
+  if (!hook_) return;
+  // Within a layer, report in reverse registration order (bias before weight), the
+  // order a reverse-order bucket assignment expects.
+  auto ps = module.parameters();
+  for (size_t j = ps.size(); j-- > 0;) hook_(*ps[j]);
+}
+
+Parameter* Model::find(const std::string& name) const {
+  for (Parameter* p : params_)
+    if (p->name == name) return p;
+  return nullptr;
+}
+
+int64_t Model::num_parameters() const {
+  int64_t n = 0;
+  for (const Parameter* p : params_) n += p->value.numel();
+  return n;
+}
+
+void Model::zero_grad() {
+  for (Parameter* p : params_) kernels_for(p->grad.device()).fill(p->grad.f32(), p->grad.numel(), 0.f);
+}
+
+void Model::set_training(bool training) {
+  for (auto& l : layers_) l.module->set_training(training);
+}
+
+void Model::reset_parameters(uint64_t seed) {
+  for (auto& l : layers_) l.module->reset_parameters(seed);
+}
+
+void Model::to(Device device) {
+  for (auto& l : layers_) l.module->to(device);
+  device_ = device;
+}
+
+std::string parameter_checksum(const Model& model) {
+  std::vector<const Parameter*> sorted(model.parameters().begin(), model.parameters().end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Parameter* a, const Parameter* b) { return a->name < b->name; });
+  uint64_t h = 1469598103934665603ull;
+  for (const Parameter* p : sorted) {
+    Tensor host = p->value.device().is_cpu() ? p->value : p->value.to(Device::cpu());
+    const unsigned char* bytes = static_cast<const unsigned char*>(host.raw());
+    for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace tandem

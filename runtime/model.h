@@ -1,0 +1,73 @@
+// Model: a named sequence of modules, the parameter registry, and the gradient-ready
+// seam. backward() runs the layers in reverse; as soon as one layer has finished, its
+// parameters' gradients are final for this backward and the model fires the
+// on_grad_ready hook for each of them (ARCHITECTURE.md, "Module"). The DDP reducer
+// subscribes to it; a single-process run leaves it empty.
+//
+// Models with control flow (a branch taken by step parity, used to test unused
+// parameters) subclass Model and override forward/backward, calling
+// fire_grad_ready() for the parameters they did reach.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/module.h"
+#include "runtime/trace.h"
+
+namespace tandem {
+
+class Model {
+ public:
+  using GradReadyHook = std::function<void(Parameter&)>;
+
+  Model() = default;
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Appends a layer named `name` (parameter names become "name.weight", ...).
+  Model& add(const std::string& name, std::unique_ptr<Module> module);
+
+  virtual Tensor forward(const Tensor& x);
+  virtual Tensor backward(const Tensor& dy);
+
+  // Every parameter in registration order (a stable order: checkpoints, the reducer's
+  // default bucket order and the checksum all use it).
+  const std::vector<Parameter*>& parameters() const { return params_; }
+  Parameter* find(const std::string& name) const;  // nullptr when absent
+  int64_t num_parameters() const;                  // element count
+  size_t layer_count() const { return layers_.size(); }
+  Module& layer(size_t i) { return *layers_[i].module; }
+  const std::string& layer_name(size_t i) const { return layers_[i].name; }
+
+  void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  // Spans "forward <layer>" / "backward <layer>" go to this tracer (null: none).
+  void set_tracer(Tracer* tracer) { tracer_ = tracer && tracer->enabled() ? tracer : nullptr; }
+  void zero_grad();
+  void set_training(bool training);
+  void reset_parameters(uint64_t seed);
+  void to(Device device);
+  Device device() const { return device_; }
+
+ protected:
+  void fire_grad_ready(Module& module);
+
+  struct Layer {
+    std::string name;
+    std::unique_ptr<Module> module;
+  };
+  std::vector<Layer> layers_;
+  std::vector<Parameter*> params_;
+  GradReadyHook hook_;
+  Tracer* tracer_ = nullptr;
+  Device device_ = Device::cpu();
+};
+
+// Hash of every parameter's bytes in name order (FNV-1a 64 over the host copies),
+// as 16 hex digits: equal checksums mean bit-identical parameters.
+std::string parameter_checksum(const Model& model);
+
+}  // namespace tandem

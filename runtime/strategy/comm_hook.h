@@ -1,0 +1,31 @@
+// Communication hooks: what a bucket's all-reduce does with its flat gradient buffer.
+//   none:  all-reduce with average, in place, in f32.
+//   fp16 / bf16: divide by the world size, cast to 16 bits, all-reduce sum, cast back
+//          (PyTorch's fp16_compress_hook order: dividing first keeps sums in range).
+// A hook is per bucket, so its compressed buffer is allocated once.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/process_group.h"
+#include "runtime/tensor.h"
+
+namespace tandem {
+
+enum class CommHookKind { none, fp16, bf16 };
+CommHookKind parse_comm_hook(const std::string& name);  // throws naming accepted values
+const char* comm_hook_str(CommHookKind kind);
+
+class CommHook {
+ public:
+  virtual ~CommHook() = default;
+  // Starts the reduction of `flat` (the bucket's f32 gradients).
+  virtual std::shared_ptr<Work> launch(ProcessGroup& group, Tensor& flat) = 0;
+  // After the work completed: leaves the averaged gradients in `flat`.
+  virtual void finish(Tensor& flat) = 0;
+};
+
+std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind, const Tensor& flat);
+
+}  // namespace tandem

@@ -1,0 +1,48 @@
+// DataParallel: one process drives N devices, following torch.nn.DataParallel's
+// algorithm step by step so the comparison with DDP is honest:
+//   1 broadcast parameters from device 0 to the replicas
+//   2 scatter the global batch (contiguous chunks)
+//   3 forward on every replica in parallel
+//   4 gather the outputs to device 0 and compute the loss there
+//   5 scatter the output gradients
+//   6 backward on every replica in parallel
+//   7 reduce-add the gradients onto device 0
+//   8 step the optimizer on device 0
+// On the CPU each "device" is a worker thread with single-threaded BLAS.
+// Invariant: replica 0's model is the result; the others are overwritten every step.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/layers/loss.h"
+#include "runtime/strategy/strategy.h"
+#include "runtime/thread_pool.h"
+
+namespace tandem {
+
+class DataParallelStrategy final : public Strategy {
+ public:
+  // `replicas` are N identically built models (replica 0 is the master).
+  DataParallelStrategy(std::vector<std::unique_ptr<Model>> replicas, const OptimizerConfig& optim,
+                       std::vector<Device> devices);
+  const char* mode() const override { return "dp"; }
+  int replicas() const override { return static_cast<int>(replicas_.size()); }
+  StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
+  void step(float lr, PhaseTimes& times) override;
+  EvalResult evaluate(DataLoader& loader) override;
+  Model& model() override { return *replicas_[0]; }
+  Optimizer& optimizer() override { return *optimizer_; }
+
+ private:
+  void broadcast_parameters();
+  void reduce_add_gradients();
+
+  std::vector<std::unique_ptr<Model>> replicas_;
+  std::vector<Device> devices_;
+  std::unique_ptr<Optimizer> optimizer_;
+  SoftmaxCrossEntropy loss_;
+  ThreadPool pool_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,59 @@
+// DistributedDataParallel: one process per device, each holding a full replica; the
+// Reducer all-reduces gradient buckets while backward is still running.
+//
+// Construction checks that every rank registered the same parameters (names, shapes,
+// dtypes; a mismatch names the first differing parameter and the ranks that differ)
+// and broadcasts rank 0's values, so replicas start identical whatever their seeds.
+// With --grad-accum K, the first K-1 micro-batches run backward with the reducer
+// detached (gradients accumulate locally in the bucket views), and the K-th
+// synchronises: the result equals one K-times larger batch.
+#pragma once
+
+#include <memory>
+
+#include "collectives/process_group.h"
+#include "runtime/layers/loss.h"
+#include "runtime/strategy/reducer.h"
+#include "runtime/strategy/strategy.h"
+
+namespace tandem {
+
+class DdpStrategy final : public Strategy {
+ public:
+  DdpStrategy(std::unique_ptr<Model> model, const OptimizerConfig& optim, Device device,
+              std::shared_ptr<ProcessGroup> group, ReducerOptions reducer_options, Tracer* tracer = nullptr);
+  const char* mode() const override { return "ddp"; }
+  int replicas() const override { return group_->size(); }
+  int rank() const override { return group_->rank(); }
+  std::string backend() const override { return group_->backend_name(); }
+
+  StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
+  void step(float lr, PhaseTimes& times) override;
+  EvalResult evaluate(DataLoader& loader) override;
+  double global_loss(double local_loss) override;
+  Model& model() override { return *model_; }
+  Optimizer& optimizer() override { return *optimizer_; }
+  bool replicas_identical() override;
+  std::vector<BucketInfo> buckets() const override { return reducer_->bucket_info(); }
+  void barrier() override;
+  Reducer& reducer() { return *reducer_; }
+
+ private:
+  void check_parameters_match();
+  void broadcast_parameters();
+
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<Optimizer> optimizer_;
+  SoftmaxCrossEntropy loss_;
+  Device device_;
+  Tracer* tracer_;
+  bool sync_ = false;
+};
+
+// FNV-1a 64 of a parameter's name, dtype and shape: equal on two ranks when they
+// registered the same parameter.
+uint64_t parameter_signature(const Parameter& p);
+
+}  // namespace tandem

@@ -1,0 +1,214 @@
+// Reducer implementation: bucket assignment, ready counting, ordered launch, finalize.
+#include "runtime/strategy/reducer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "runtime/kernels.h"
+
+namespace tandem {
+
+namespace {
+double ms_between(Tracer::Clock::time_point a, Tracer::Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+Reducer::Reducer(std::vector<Parameter*> params, std::shared_ptr<ProcessGroup> group, ReducerOptions options,
+                 Tracer* tracer)
+    : params_(std::move(params)), group_(std::move(group)), options_(options),
+      tracer_(tracer && tracer->enabled() ? tracer : nullptr) {
+  for (size_t i = 0; i < params_.size(); ++i) index_of_[params_[i]] = i;
+  std::vector<size_t> reverse(params_.size());
+  std::iota(reverse.rbegin(), reverse.rend(), size_t{0});
+  build_buckets(reverse);
+  marked_.assign(params_.size(), 0);
+}
+
+Reducer::~Reducer() {
+  // Buckets' buffers must outlive any op still in flight (an exception mid-step).
+  for (Bucket& b : buckets_) {
+    if (b.work && !b.work->is_completed()) {
+      try {
+        b.work->synchronize(options_.timeout);
+      } catch (...) {
+      }
+    }
+  }
+}
+
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  // Plan: consecutive parameters (in `order`) share a bucket while it stays under the
+  // cap and they agree on dtype and device.
+  std::vector<std::vector<size_t>> groups;
+  size_t bytes = 0;
+  for (size_t idx : order) {
+    const Tensor& v = params_[idx]->value;
+    // The bucket being filled is the first one while only one exists.
+    const size_t cap = groups.size() <= 1 ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
+    bool fits = !groups.empty() && bytes + v.nbytes() <= cap;
+    if (fits) {
+      const Tensor& first = params_[groups.back().front()]->value;
+      fits = first.dtype() == v.dtype() && first.device() == v.device();
+    }
+    if (!fits) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(idx);
+    bytes += v.nbytes();
+  }
+
+  std::vector<Bucket> buckets(groups.size());
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t b = 0; b < groups.size(); ++b) {
+    Bucket& bucket = buckets[b];
+    int64_t numel = 0;
+    for (size_t idx : groups[b]) {
+      bucket.params.push_back(idx);
+      bucket.offsets.push_back(numel);
+      numel += params_[idx]->value.numel();
+      bucket_of_[idx] = b;
+    }
+    const Tensor& first = params_[groups[b].front()]->value;
+    bucket.flat = Tensor::zeros({numel}, first.dtype(), first.device());
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      Parameter& p = *params_[bucket.params[j]];
+      Tensor view = bucket.flat.view(bucket.offsets[j], p.value.shape());
+      if (p.grad.defined()) view.copy_from(p.grad);
+      p.grad = view;
+    }
+    bucket.hook = make_comm_hook(options_.hook, bucket.flat);
+    bucket.pending = bucket.params.size();
+  }
+  buckets_ = std::move(buckets);
+  next_launch_ = 0;
+}
+
+void Reducer::prepare_for_backward() {
+  std::fill(marked_.begin(), marked_.end(), 0);
+  ready_order_.clear();
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+  next_launch_ = 0;
+}
+
+void Reducer::mark_ready(Parameter& param) {
+  auto it = index_of_.find(&param);
+  if (it == index_of_.end())
+    throw std::logic_error("reducer: gradient-ready for '" + param.name + "', which DDP does not manage");
+  size_t idx = it->second;
+  if (marked_[idx])
+    throw std::runtime_error("DDP: parameter '" + param.name +
+                             "' was marked ready twice in one backward (a module used twice in "
+                             "forward is not supported by the reducer)");
+  marked_[idx] = 1;
+  ready_order_.push_back(idx);
+  Bucket& b = buckets_[bucket_of_[idx]];
+  --b.pending;
+  if (options_.overlap && b.pending == 0) launch_ready_in_order();
+}
+
+void Reducer::launch_ready_in_order() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+}
+
+void Reducer::launch(size_t i) {
+  Bucket& b = buckets_[i];
+  if (!options_.communicate) return;
+  b.launched_at = Tracer::Clock::now();
+  b.work = b.hook->launch(*group_, b.flat);
+}
+
+std::string Reducer::missing_report() const {
+  std::ostringstream out;
+  std::vector<std::string> names;
+  for (size_t idx = 0; idx < params_.size(); ++idx)
+    if (!marked_[idx]) names.push_back(params_[idx]->name);
+  out << "DDP: " << names.size() << " parameter(s) received no gradient in this backward: ";
+  for (size_t i = 0; i < names.size() && i < 20; ++i) out << (i ? ", " : "") << names[i];
+  if (names.size() > 20) out << ", ...";
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].pending > 0)
+      out << "; bucket " << b << ": " << buckets_[b].params.size() - buckets_[b].pending << "/"
+          << buckets_[b].params.size() << " params ready";
+  out << ". If the model leaves parameters unused in some steps, enable find_unused_parameters "
+         "(tandem-train --find-unused-parameters).";
+  return out.str();
+}
+
+void Reducer::finalize_backward(PhaseTimes& times) {
+  auto t0 = Tracer::Clock::now();
+  bool missing = std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.pending > 0; });
+  if (missing) {
+    if (!options_.find_unused) throw std::runtime_error(missing_report());
+    // Unused parameters contribute zero: their gradient (zeroed at the start of the
+    // step, or holding earlier micro-steps' sums) is reduced as it is, on every rank.
+    for (Bucket& b : buckets_) b.pending = 0;
+  }
+  launch_ready_in_order();  // with overlap off, or after unused parameters: everything left
+  Tracer::Clock::time_point first_launch = t0, last_done = t0;
+  bool any = false;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    if (!b.work) continue;
+    b.work->synchronize(options_.timeout);
+    auto done = Tracer::Clock::now();
+    b.hook->finish(b.flat);
+    if (!any || b.launched_at < first_launch) first_launch = b.launched_at;
+    last_done = done;
+    any = true;
+    if (tracer_)
+      tracer_->add("allreduce bucket " + std::to_string(i) + " (" + std::to_string(b.flat.nbytes()) + " B)",
+                   Tracer::comm, b.launched_at, done);
+  }
+  auto t1 = Tracer::Clock::now();
+  times.exposed_comm_ms += ms_between(t0, t1);
+  if (any) times.comm_ms += ms_between(first_launch, last_done);
+  if (tracer_) tracer_->add("wait for gradients", Tracer::compute, t0, t1);
+
+  if (!rebuilt_) rebuild_from_rank0_order();
+}
+
+void Reducer::rebuild_from_rank0_order() {
+  rebuilt_ = true;
+  // Rank 0's ready order this backward, broadcast; parameters never marked (unused)
+  // follow in reverse registration order.
+  std::vector<int64_t> order(params_.size());
+  std::vector<uint8_t> seen(params_.size(), 0);
+  size_t n = 0;
+  for (size_t idx : ready_order_) {
+    order[n++] = static_cast<int64_t>(idx);
+    seen[idx] = 1;
+  }
+  for (size_t idx = params_.size(); idx-- > 0;)
+    if (!seen[idx]) order[n++] = static_cast<int64_t>(idx);
+  if (options_.communicate && group_->size() > 1)
+    group_->broadcast(cpu_buffer(order.data(), static_cast<int64_t>(order.size())), 0)->synchronize(options_.timeout);
+  std::vector<size_t> as_size(order.begin(), order.end());
+  for (size_t idx : as_size)
+    if (idx >= params_.size()) throw std::runtime_error("DDP: rank 0 sent an invalid bucket order");
+  // Unchanged order (the usual case for sequential models): keep the buckets.
+  std::vector<size_t> current;
+  for (const Bucket& b : buckets_) current.insert(current.end(), b.params.begin(), b.params.end());
+  if (current != as_size) build_buckets(as_size);
+}
+
+std::vector<BucketInfo> Reducer::bucket_info() const {
+  std::vector<BucketInfo> out;
+  for (const Bucket& b : buckets_)
+    out.push_back({static_cast<int64_t>(b.flat.nbytes()), static_cast<int64_t>(b.params.size())});
+  return out;
+}
+
+std::vector<std::vector<size_t>> Reducer::bucket_layout() const {
+  std::vector<std::vector<size_t>> out;
+  for (const Bucket& b : buckets_) out.push_back(b.params);
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,98 @@
+// Reducer: DDP's gradient buckets, whose all-reduce overlaps backward.
+//
+// Every parameter gradient is a view into one bucket's flat buffer (no copy between
+// gradient and bucket). Buckets are cut in reverse registration order (the order
+// backward produces gradients), at most `bucket_cap` bytes each, the first at most
+// `first_bucket_cap` so the last layers' gradients start communicating early; a bucket
+// never mixes dtypes or devices, and a parameter larger than the cap gets its own.
+//
+//   training thread:  bwd(L) mark.. bwd(L-1) mark.. [b0 full: launch] bwd(..) [b1 full: launch] .. finalize: wait all
+//   comm thread:                                   [ allreduce b0 ]            [ allreduce b1 ]
+//
+// Invariants:
+//   - buckets launch strictly in bucket order on every rank: a full bucket waits for
+//     its predecessors, so every rank issues the same collectives in the same order;
+//   - a parameter marked twice in one backward, or a bucket still missing parameters
+//     when backward ends, is an error naming the parameters — never a hang;
+//   - after the first synchronised backward the buckets are rebuilt in the order
+//     gradients actually became ready on rank 0 (broadcast, so all ranks agree).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives/process_group.h"
+#include "runtime/module.h"
+#include "runtime/strategy/comm_hook.h"
+#include "runtime/strategy/strategy.h"
+#include "runtime/trace.h"
+
+namespace tandem {
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25u << 20;
+  size_t first_bucket_cap_bytes = 1u << 20;
+  bool overlap = true;         // false: launch every bucket only when backward ends
+  bool find_unused = false;    // true: parameters that got no gradient count as zero
+  bool communicate = true;     // false (--no-comm): gradients stay local
+  CommHookKind hook = CommHookKind::none;
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);
+};
+
+class Reducer {
+ public:
+  Reducer(std::vector<Parameter*> params, std::shared_ptr<ProcessGroup> group, ReducerOptions options,
+          Tracer* tracer = nullptr);
+  ~Reducer();
+
+  // Called before a synchronised backward: clears ready marks.
+  void prepare_for_backward();
+  // The model's on_grad_ready hook. Marks the parameter; launches buckets that are full.
+  void mark_ready(Parameter& param);
+  // After backward: launches what is left (treating unused parameters as zero when
+  // find_unused is on, else throwing), waits for every bucket, and leaves averaged
+  // gradients in every Parameter::grad. Adds comm and exposed-comm time to `times`.
+  void finalize_backward(PhaseTimes& times);
+
+  std::vector<BucketInfo> bucket_info() const;
+  // Parameter indices (registration order) of each bucket, in launch order.
+  std::vector<std::vector<size_t>> bucket_layout() const;
+  bool rebuilt() const { return rebuilt_; }
+
+ private:
+  struct Bucket {
+    Tensor flat;                  // (numel) gradients of its parameters, back to back
+    std::vector<size_t> params;   // indices into params_
+    std::vector<int64_t> offsets; // element offset of each parameter in flat
+    size_t pending = 0;           // parameters not yet ready in this backward
+    std::unique_ptr<CommHook> hook;
+    std::shared_ptr<Work> work;
+    Tracer::Clock::time_point launched_at{};
+  };
+
+  // Groups parameters (in `order`) into buckets and rebinds their gradients as views,
+  // copying the current gradient values into the new buffers.
+  void build_buckets(const std::vector<size_t>& order);
+  void launch(size_t bucket_index);
+  void launch_ready_in_order();
+  std::string missing_report() const;
+  void rebuild_from_rank0_order();
+
+  std::vector<Parameter*> params_;
+  std::unordered_map<const Parameter*, size_t> index_of_;
+  std::shared_ptr<ProcessGroup> group_;
+  ReducerOptions options_;
+  Tracer* tracer_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;       // param index -> bucket index
+  std::vector<uint8_t> marked_;         // this backward
+  std::vector<size_t> ready_order_;     // this backward, in mark order
+  size_t next_launch_ = 0;
+  bool rebuilt_ = false;
+};
+
+}  // namespace tandem

@@ -1,0 +1,67 @@
+// Single-process training step: the reference semantics of a step.
+#include "runtime/strategy/single.h"
+
+#include "runtime/kernels.h"
+#include "runtime/timer.h"
+
+namespace tandem {
+
+SingleStrategy::SingleStrategy(std::unique_ptr<Model> model, const OptimizerConfig& optim, Device device)
+    : model_(std::move(model)), device_(device) {
+  model_->to(device_);
+  optimizer_ = make_optimizer(optim, model_->parameters());
+}
+
+StepOutput SingleStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
+  Kernels& k = kernels_for(device_);
+  Stopwatch sw(k);
+  model_->zero_grad();
+  const float micro = static_cast<float>(micro_batches.size());
+  double loss_sum = 0;
+  for (const Batch& batch : micro_batches) {
+    Tensor x = batch.images.device() == device_ ? batch.images : batch.images.to(device_);
+    Tensor y = batch.labels.device() == device_ ? batch.labels : batch.labels.to(device_);
+    Tensor logits = model_->forward(x);
+    loss_sum += loss_.forward(logits, y);
+    times.forward_ms += sw.lap_ms();
+    // Mean over the whole accumulated batch: each micro-batch carries 1/K of it.
+    model_->backward(loss_.backward(1.0f / (static_cast<float>(logits.dim(0)) * micro)));
+    times.backward_ms += sw.lap_ms();
+  }
+  return {loss_sum / micro};
+}
+
+void SingleStrategy::step(float lr, PhaseTimes& times) {
+  Stopwatch sw(kernels_for(device_));
+  optimizer_->step(lr);
+  times.optimizer_ms += sw.lap_ms();
+}
+
+EvalResult SingleStrategy::evaluate(DataLoader& loader) { return evaluate_model(*model_, loader, device_); }
+
+EvalResult evaluate_model(Model& model, DataLoader& loader, Device device) {
+  model.set_training(false);
+  SoftmaxCrossEntropy loss;
+  double loss_sum = 0;
+  int64_t correct = 0, samples = 0;
+  loader.set_epoch(0);
+  while (std::optional<Batch> batch = loader.next()) {
+    Tensor x = batch->images.device() == device ? batch->images : batch->images.to(device);
+    Tensor y = batch->labels.device() == device ? batch->labels : batch->labels.to(device);
+    Tensor logits = model.forward(x);
+    int64_t n = logits.dim(0);
+    loss_sum += loss.forward(logits, y) * static_cast<double>(n);
+    correct += loss.count_correct(logits, y);
+    samples += n;
+  }
+  model.set_training(true);
+  EvalResult r;
+  r.samples = samples;
+  if (samples > 0) {
+    r.loss = loss_sum / static_cast<double>(samples);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
+  }
+  return r;
+}
+
+}  // namespace tandem

@@ -1,0 +1,71 @@
+// Strategy: everything mode-specific about a training step. The loop in
+// models/trainer.cpp is the same in every mode: batch -> forward_backward -> step ->
+// log. Single, DataParallel and DistributedDataParallel differ only here, which is what
+// makes --mode a flag and not three programs (ARCHITECTURE.md).
+//
+// Invariant: after forward_backward() returns, model().parameters()' gradients are the
+// gradients of the mean loss over the GLOBAL batch (all replicas), so step() gives
+// every mode the same update.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/data/loader.h"
+#include "runtime/model.h"
+#include "runtime/optim/optimizer.h"
+
+namespace tandem {
+
+// Per-step phase times in milliseconds. comm_ms is the time gradient communication
+// was in flight; exposed_comm_ms the part the compute path waited for it.
+struct PhaseTimes {
+  double forward_ms = 0, backward_ms = 0, comm_ms = 0, exposed_comm_ms = 0, optimizer_ms = 0;
+};
+
+struct StepOutput {
+  double loss = 0;  // mean loss over the whole global batch, averaged across replicas
+};
+
+struct EvalResult {
+  double loss = 0;      // mean over every evaluated sample
+  double accuracy = 0;  // fraction correct
+  int64_t samples = 0;
+};
+
+struct BucketInfo {
+  int64_t bytes = 0;
+  int64_t parameters = 0;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual const char* mode() const = 0;   // "single", "dp", "ddp"
+  virtual int replicas() const = 0;       // 1, DP devices, or DDP world size
+  virtual int rank() const { return 0; }  // this process's rank (DDP)
+  virtual std::string backend() const { return "none"; }
+
+  // This process's share of the global batch, as K micro-batches (--grad-accum K):
+  // forward, loss and backward of each, gradients accumulated, then synchronised.
+  virtual StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) = 0;
+  virtual void step(float lr, PhaseTimes& times) = 0;
+  // Mean loss and accuracy over every sample the loader yields, on every replica's
+  // share combined.
+  virtual EvalResult evaluate(DataLoader& loader) = 0;
+
+  // Mean of every replica's local loss (a collective in DDP: call on every rank).
+  virtual double global_loss(double local_loss) { return local_loss; }
+  // Waits for every rank (DDP); nothing elsewhere.
+  virtual void barrier() {}
+
+  virtual Model& model() = 0;  // the replica holding the result (rank's / device 0's)
+  virtual Optimizer& optimizer() = 0;
+  // True when every replica holds bit-identical parameters (DDP all-gathers checksums).
+  virtual bool replicas_identical() { return true; }
+  virtual std::vector<BucketInfo> buckets() const { return {}; }
+};
+
+}  // namespace tandem

@@ -1,0 +1,60 @@
+// Chrome trace-event writer (nlohmann-json).
+#include "runtime/trace.h"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace tandem {
+
+void Tracer::add(const std::string& name, Track track, Clock::time_point begin, Clock::time_point end) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  spans_.push_back({name, track, begin, end});
+}
+
+size_t Tracer::span_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return spans_.size();
+}
+
+void Tracer::write(const std::string& path) const {
+  using nlohmann::json;
+  json events = json::array();
+  const char* track_names[] = {"compute", "comm"};
+  for (int t = 0; t < 2; ++t)
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank_}, {"tid", t},
+                      {"args", {{"name", track_names[t]}}}});
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank_}, {"tid", 0},
+                    {"args", {{"name", "rank " + std::to_string(rank_)}}}});
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Span& s : spans_) {
+      auto us = [&](Clock::time_point t) {
+        return std::chrono::duration<double, std::micro>(t - origin_).count();
+      };
+      events.push_back({{"ph", "X"}, {"name", s.name}, {"pid", rank_}, {"tid", s.track},
+                        {"ts", us(s.begin)}, {"dur", us(s.end) - us(s.begin)}});
+    }
+  }
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << '\n';
+    if (!out.flush()) throw std::runtime_error("cannot write trace file '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename trace file '" + tmp + "' to '" + path + "'");
+}
+
+std::string trace_path_for_rank(const std::string& path, int rank, int world_size) {
+  if (world_size <= 1) return path;
+  std::string suffix = ".rank" + std::to_string(rank);
+  size_t slash = path.find_last_of('/');
+  size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + suffix;
+  return path.substr(0, dot) + suffix + path.substr(dot);
+}
+
+}  // namespace tandem

@@ -1,0 +1,224 @@
+// Single-process tests of the collectives layer: half-precision conversions and
+// reductions, environment parsing, the ProcessGroup contract (argument checks,
+// sequence numbers, unsupported ops) on a fake backend, and the comm thread's order
+// and broken-group behaviour. Multi-process behaviour is in worker.cpp.
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "collectives/comm_thread.h"
+#include "collectives/init.h"
+#include "collectives/reduce_kernels.h"
+
+namespace tandem {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TEST(Half, F16ConversionsRoundToNearestEven) {
+  EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);  // halfway past the largest: inf
+  EXPECT_EQ(float_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // tie: to even (down)
+  EXPECT_EQ(float_to_f16(1.0f + 3.0f / 2048), 0x3c02);  // tie: to even (up)
+  EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie with zero: to even
+  EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(NAN))));
+  for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite half round-trips exactly
+    ASSERT_EQ(float_to_f16(f16_to_float(static_cast<uint16_t>(h))), h) << h;
+  }
+}
+
+TEST(Half, Bf16ConversionsRoundToNearestEven) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);
+  EXPECT_EQ(float_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // tie: to even
+  EXPECT_EQ(float_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
+  for (int i = 0; i <= 256; ++i) EXPECT_EQ(bf16_to_float(float_to_bf16(static_cast<float>(i))), i);
+}
+
+TEST(Reduce, HalfSumsGoThroughFloat) {
+  // 2048 + 1 is not representable in f16 (spacing 2): a correct f16 sum rounds to even.
+  uint16_t a[2] = {float_to_f16(2048), float_to_f16(3)}, b[2] = {float_to_f16(1), float_to_f16(4)}, out[2];
+  reduce_elements(DType::f16, ReduceOp::sum, out, a, b, 2);
+  EXPECT_EQ(f16_to_float(out[0]), 2048);
+  EXPECT_EQ(f16_to_float(out[1]), 7);
+  uint16_t x[3] = {float_to_bf16(1), float_to_bf16(-5), float_to_bf16(7)};
+  uint16_t y[3] = {float_to_bf16(2), float_to_bf16(3), float_to_bf16(-7)};
+  uint16_t r[3];
+  reduce_elements(DType::bf16, ReduceOp::max, r, x, y, 3);
+  EXPECT_EQ(bf16_to_float(r[0]), 2);
+  EXPECT_EQ(bf16_to_float(r[1]), 3);
+  EXPECT_EQ(bf16_to_float(r[2]), 7);
+  int64_t p[2] = {7, -7};
+  divide_elements(DType::i64, p, 2, 2);
+  EXPECT_EQ(p[0], 3);
+  EXPECT_EQ(p[1], -3);
+}
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+std::string env_error(std::map<std::string, std::string> vars) {
+  try {
+    read_launch_env(env_of(std::move(vars)));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Env, LauncherVariables) {
+  const LaunchEnv env = read_launch_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
+                                                {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"},
+                                                {"TANDEM_JOB_ID", "j1"}, {"TANDEM_STORE_HOSTED", "1"}}));
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 0);
+  EXPECT_EQ(env.master_addr, "10.0.0.1");
+  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_EQ(env.job_id, "j1");
+  EXPECT_TRUE(env.store_hosted);
+  EXPECT_FALSE(env.under_mpirun);
+  EXPECT_EQ(resolve_backend(Backend::automatic, DeviceKind::cpu, env), Backend::gloo);
+}
+
+TEST(Env, MpirunVariables) {
+  const LaunchEnv env = read_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"},
+                                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world_size, 3);
+  EXPECT_TRUE(env.under_mpirun);
+  EXPECT_TRUE(env.master_addr.empty());
+  EXPECT_EQ(resolve_backend(Backend::automatic, DeviceKind::cpu, env), Backend::mpi);
+  EXPECT_THROW(resolve_backend(Backend::gloo, DeviceKind::cpu, env), std::invalid_argument);  // no store
+}
+
+TEST(Env, ErrorsNameTheVariable) {
+  EXPECT_NE(env_error({}).find("RANK is not set"), std::string::npos);
+  EXPECT_NE(env_error({{"RANK", "0"}}).find("WORLD_SIZE is not set"), std::string::npos);
+  EXPECT_NE(env_error({{"RANK", "0"}, {"WORLD_SIZE", "two"}}).find("WORLD_SIZE='two'"), std::string::npos);
+  EXPECT_NE(env_error({{"RANK", "5"}, {"WORLD_SIZE", "2"}}).find("RANK='5'"), std::string::npos);
+  EXPECT_NE(env_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}}).find("MASTER_ADDR is not set"), std::string::npos);
+  EXPECT_NE(env_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}).find("MASTER_PORT is not set"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}})
+                .find("MASTER_PORT='99999'"),
+            std::string::npos);
+  EXPECT_THROW(parse_backend("tcp"), std::invalid_argument);
+}
+
+// A backend that implements allreduce only (completing at once), to test the
+// ProcessGroup contract without any engine.
+class FakeGroup : public ProcessGroup {
+ public:
+  FakeGroup() : ProcessGroup(Setup{"fake", 0, 2, seconds(5), nullptr, nullptr}) {}
+
+ protected:
+  std::shared_ptr<Work> run_allreduce(const Collective& c) override {
+    auto w = std::make_shared<CompletionWork>(c, timeout(), nullptr);
+    w->finish();
+    return w;
+  }
+  bool accepts(Device d) const override { return d.is_cpu(); }
+};
+
+TEST(ProcessGroup, UnsupportedOpNamesBackendAndOpAndConsumesNoSeq) {
+  FakeGroup g;
+  float data[4] = {};
+  EXPECT_EQ(g.allreduce(cpu_buffer(data, 4))->seq(), 1u);
+  try {
+    g.allgather(cpu_buffer(data, 2), cpu_buffer(data, 4));
+    FAIL() << "allgather accepted by a backend without it";
+  } catch (const UnsupportedOp& e) {
+    EXPECT_STREQ(e.what(), "the fake backend does not support allgather");
+  }
+  EXPECT_THROW(g.barrier(), UnsupportedOp);
+  EXPECT_EQ(g.last_seq(), 1u);
+  EXPECT_EQ(g.allreduce(cpu_buffer(data, 4))->seq(), 2u);
+}
+
+TEST(ProcessGroup, ArgumentsAreChecked) {
+  FakeGroup g;
+  float a[4] = {}, b[3] = {};
+  EXPECT_THROW(g.allreduce(cpu_buffer(a, 4), cpu_buffer(b, 3)), std::invalid_argument);
+  int32_t i[4] = {};
+  EXPECT_THROW(g.allreduce(cpu_buffer(a, 4), cpu_buffer(i, 4)), std::invalid_argument);  // dtypes differ
+  EXPECT_THROW(g.allgather(cpu_buffer(a, 3)), std::invalid_argument);  // 3 is not a multiple of 2
+  EXPECT_THROW(g.broadcast(cpu_buffer(a, 4), 2), std::invalid_argument);  // root out of range
+  Buffer on_gpu{a, 4, DType::f32, Device::cuda(0)};
+  EXPECT_THROW(g.allreduce(on_gpu), std::invalid_argument);
+  EXPECT_THROW(g.allreduce(Buffer{nullptr, 4, DType::f32, Device::cpu()}), std::invalid_argument);
+  EXPECT_EQ(g.last_seq(), 0u);
+}
+
+TEST(ProcessGroup, DescribeNamesOpSeqAndBytes) {
+  Collective c;
+  c.op = OpType::allreduce;
+  c.seq = 7;
+  float x[1024];
+  c.in = c.out = cpu_buffer(x, 1024);
+  EXPECT_EQ(c.describe(), "allreduce #7 (f32 sum, 4096 bytes)");
+}
+
+TEST(CommThread, RunsInOrderAndFailsEverythingAfterAFailure) {
+  CommThread thread("test");
+  std::vector<int> order;
+  std::vector<std::shared_ptr<CompletionWork>> works;
+  for (int k = 0; k < 5; ++k) {
+    Collective c;
+    c.seq = static_cast<uint64_t>(k + 1);
+    works.push_back(std::make_shared<CompletionWork>(c, seconds(5), nullptr));
+    thread.submit(works.back(), [k, &order] {
+      order.push_back(k);
+      if (k == 2) throw std::runtime_error("engine said no");
+    });
+  }
+  try {
+    works.back()->wait(seconds(10));
+    FAIL() << "an op after a failed one succeeded";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("was not run: the process group is broken"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));  // 3 and 4 never reached the engine
+  EXPECT_TRUE(works[1]->is_success());
+  EXPECT_EQ(works[2]->error_message(), "engine said no");
+  EXPECT_TRUE(works[3]->is_completed());
+  EXPECT_FALSE(thread.shutdown(seconds(10)));  // nothing stuck: joined, not abandoned
+}
+
+TEST(CommThread, WaitTimeoutReportsThroughTheGroup) {
+  CommThread thread("test");
+  Collective c;
+  c.op = OpType::barrier;
+  c.seq = 1;
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  auto work = std::make_shared<CompletionWork>(c, seconds(5), [](const Collective& op, milliseconds waited) {
+    return op.describe() + " waited " + std::to_string(waited.count()) + " ms";
+  });
+  thread.submit(work, [gate] { gate.wait(); });
+  try {
+    work->wait(milliseconds(50));
+    FAIL() << "a blocked op completed";
+  } catch (const CollectiveTimeout& e) {
+    EXPECT_STREQ(e.what(), "barrier #1 waited 50 ms");
+  }
+  EXPECT_FALSE(work->is_completed());
+  release.set_value();
+  work->wait(seconds(10));
+  EXPECT_TRUE(work->is_success());
+}
+
+}  // namespace
+}  // namespace tandem

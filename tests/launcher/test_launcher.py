@@ -1,0 +1,544 @@
+#!/usr/bin/env python3
+"""tandemrun, tested as a user meets it: real processes, exact output, real signals.
+
+    test_launcher.py BIN_DIR WORKER TEST_NAME
+
+Each TEST_NAME is one CTest test (label multiprocess). The worker program's modes are
+described in worker.cpp. Rules kept here: no sleep as synchronisation (a test waits
+for a line of output or a process state, always with a deadline that only guards
+against a hang), no assertion on elapsed time, no fixed port (the store picks one, or
+free_port() asks the kernel).
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN, WORKER = sys.argv[1], sys.argv[2]
+TANDEMRUN = os.path.join(BIN, "tandemrun")
+HANG_GUARD_S = 60  # only against a hung test; never an expectation about speed
+
+
+class Failed(Exception):
+    pass
+
+
+def check(cond, message, run=None):
+    if not cond:
+        if run is not None:
+            message += "\n--- tandemrun stdout ---\n" + "\n".join(run.out[-40:])
+            message += "\n--- tandemrun stderr ---\n" + "\n".join(run.err[-60:])
+        raise Failed(message)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+STARTED = []  # every tandemrun a test started, killed at exit if still running
+
+
+class Run:
+    """tandemrun in the background; its stdout and stderr lines, with waits on them."""
+
+    def __init__(self, flags, worker_args, env=None, program=WORKER):
+        self.args = [TANDEMRUN] + flags + ["--", program] + worker_args
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env, stdin=subprocess.DEVNULL)
+        STARTED.append(self.proc)
+        self.out, self.err = [], []
+        self.cond = threading.Condition()
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True)]
+        for r in self.readers:
+            r.start()
+
+    def _read(self, pipe, lines):
+        for raw in pipe:
+            with self.cond:
+                lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self.cond.notify_all()
+
+    def wait_for(self, pattern, count=1, stream="out"):
+        rx = re.compile(pattern)
+        lines = self.out if stream == "out" else self.err
+        with self.cond:
+            ok = self.cond.wait_for(lambda: sum(1 for l in lines if rx.search(l)) >= count or
+                                    self.proc.poll() is not None and not any(r.is_alive() for r in self.readers),
+                                    timeout=HANG_GUARD_S)
+            found = [l for l in lines if rx.search(l)]
+        check(ok and len(found) >= count, f"expected {count} line(s) matching {pattern!r} on {stream}", self)
+        return found
+
+    def finish(self):
+        try:
+            rc = self.proc.wait(timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise Failed(f"tandemrun did not end: {' '.join(self.args)}")
+        for r in self.readers:
+            r.join(timeout=HANG_GUARD_S)
+        return rc
+
+    def text(self):
+        return "\n".join(self.out), "\n".join(self.err)
+
+
+def store_port(r):
+    m = re.search(r"--master-port 0: the store listens on port (\d+)", "\n".join(r.err))
+    check(m is not None, "the picked port was not printed", r)
+    return int(m.group(1))
+
+
+def run(flags, worker_args, env=None):
+    r = Run(flags, worker_args, env)
+    return r.finish(), r
+
+
+def alive(pid):
+    """True while pid exists and is not a zombie (a dead worker reparented to an init
+    that does not reap still shows in /proc, as state Z)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def pids_in(directory, count):
+    pids = {}
+    for name in os.listdir(directory):
+        m = re.fullmatch(r"rank(\d+)\.pid", name)
+        if m:
+            with open(os.path.join(directory, name)) as f:
+                pids[int(m.group(1))] = int(f.read())
+    check(len(pids) == count, f"expected {count} pid files in {directory}, found {sorted(pids)}")
+    return pids
+
+
+def wait_all_dead(pids):
+    """Waits (bounded) for every pid to die; returns the survivors."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)  # polling a process state with a deadline, not a synchronisation by time
+    return [p for p in pids if alive(p)]
+
+
+def assert_no_survivor(pids, what, run=None):
+    survivors = [p for p in pids.values() if alive(p)]
+    for p in survivors:
+        os.kill(p, signal.SIGKILL)
+    check(not survivors, f"{what}: worker pids {survivors} outlived the job", run)
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_usage():
+    cases = [
+        (["--nproc-per-node", "abc"], "--nproc-per-node"),
+        (["--nproc-per-node", "0"], "--nproc-per-node"),
+        (["--nnodes", "0"], "--nnodes"),
+        (["--nnodes", "2", "--node-rank", "2", "--master-port", "1234"], "--node-rank"),
+        (["--master-port", "70000"], "--master-port"),
+        (["--nnodes", "2", "--master-port", "0"], "--master-port 0"),
+        (["--rank-filter", "5", "--nproc-per-node", "2"], "--rank-filter"),
+        (["--rank-filter", "x"], "--rank-filter"),
+        (["--grace-s", "-1"], "--grace-s"),
+        (["--rdzv-timeout-s", "0"], "--rdzv-timeout-s"),
+        (["--bogus"], "--bogus"),
+    ]
+    for flags, needle in cases:
+        p = subprocess.run([TANDEMRUN] + flags + ["--", WORKER], capture_output=True, text=True)
+        check(p.returncode == 2, f"{flags}: exit {p.returncode}, expected 2\n{p.stderr}")
+        check(needle in p.stderr, f"{flags}: message lacks {needle!r}: {p.stderr}")
+    p = subprocess.run([TANDEMRUN, "--nproc-per-node", "2"], capture_output=True, text=True)
+    check(p.returncode == 2 and "no program" in p.stderr, f"missing program: {p.returncode} {p.stderr}")
+    p = subprocess.run([TANDEMRUN, WORKER], capture_output=True, text=True)
+    check(p.returncode == 2 and "'--'" in p.stderr, f"program without --: {p.returncode} {p.stderr}")
+    p = subprocess.run([TANDEMRUN, "--master-port", "0", "--", "no-such-program-xyz"], capture_output=True, text=True)
+    check(p.returncode == 2 and "no-such-program-xyz" in p.stderr, f"unknown program: {p.returncode} {p.stderr}")
+    p = subprocess.run([TANDEMRUN, "--help"], capture_output=True, text=True)
+    check(p.returncode == 0 and "--rdzv-timeout-s" in p.stdout, "--help")
+
+
+def test_gpu_count():
+    # --nproc-per-node gpu: one process per visible GPU, or a clear usage error without one.
+    rc, r = run(["--nproc-per-node", "gpu", "--master-port", "0"], ["--mode", "env"])
+    out, err = r.text()
+    if rc == 2:
+        check("--nproc-per-node gpu: no CUDA GPU is visible" in err, "no-GPU message", r)
+        print("(information: no GPU visible here; checked the refusal)")
+        return
+    check(rc == 0, f"exit {rc}", r)
+    world = {l.split("=", 1)[1] for l in r.out if " ENV WORLD_SIZE=" in l}
+    check(len(world) == 1, f"ranks disagree on WORLD_SIZE: {world}", r)
+    n = int(world.pop())
+    check(sorted(l.split("=", 1)[1] for l in r.out if " ENV LOCAL_RANK=" in l) == sorted(map(str, range(n))),
+          "one process per GPU, local ranks 0..n-1", r)
+    smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) \
+        if "CUDA_VISIBLE_DEVICES" not in os.environ and any(
+            os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in os.environ["PATH"].split(":")) else None
+    if smi is not None and smi.returncode == 0:
+        gpus = sum(1 for l in smi.stdout.splitlines() if l.startswith("GPU "))
+        check(n == gpus, f"{n} processes for {gpus} GPUs listed by nvidia-smi", r)
+
+
+def test_env():
+    cores = len(os.sched_getaffinity(0))
+    rc, r = run(["--nproc-per-node", "3", "--master-port", "0"], ["--mode", "env"])
+    check(rc == 0, f"exit {rc}", r)
+    port = store_port(r)
+    for rank in range(3):
+        got = dict(l.split(" ENV ", 1)[1].split("=", 1) for l in r.out if l.startswith(f"[0:{rank}] ENV "))
+        want = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "3",
+                "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                "TANDEM_RESTART_COUNT": "0", "TANDEM_STORE_HOSTED": "1",
+                "OMP_NUM_THREADS": str(max(1, cores // 3)), "OPENBLAS_NUM_THREADS": str(max(1, cores // 3))}
+        for k, v in want.items():
+            check(got.get(k) == v, f"rank {rank}: {k}={got.get(k)!r}, expected {v!r}", r)
+        check(got.get("TANDEM_JOB_ID", "<unset>") != "<unset>", "TANDEM_JOB_ID unset", r)
+    # A thread count the user chose is kept; the job id follows --job-id.
+    env = dict(os.environ, OMP_NUM_THREADS="7")
+    env.pop("OPENBLAS_NUM_THREADS", None)
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--job-id", "my-job"], ["--mode", "env"], env)
+    check(rc == 0, f"exit {rc}", r)
+    out, _ = r.text()
+    check(out.count("ENV OMP_NUM_THREADS=7") == 2, "user's OMP_NUM_THREADS not kept", r)
+    check(out.count(f"ENV OPENBLAS_NUM_THREADS={max(1, cores // 2)}") == 2, "OPENBLAS_NUM_THREADS", r)
+    check(out.count("ENV TANDEM_JOB_ID=my-job") == 2, "--job-id not passed on", r)
+
+
+SPAM_LINE = re.compile(r"^\[0:(\d)\] rank (\d) (out|err) (\d+) ([a-z]{100})$")
+
+
+def check_spam(lines, kind, ranks, n, r):
+    seen = {rank: [] for rank in ranks}
+    last = {rank: 0 for rank in ranks}
+    for l in lines:
+        if l.endswith("last line without newline"):
+            m = re.fullmatch(r"\[0:(\d)\] rank (\d) last line without newline", l)
+            check(m and m.group(1) == m.group(2), f"bad partial line {l!r}", r)
+            last[int(m.group(1))] += 1
+            continue
+        m = SPAM_LINE.match(l)
+        check(m is not None, f"{kind}: malformed or interleaved line {l[:200]!r}", r)
+        rank = int(m.group(1))
+        check(rank in ranks, f"{kind}: rank {rank} should have been filtered out", r)
+        check(int(m.group(2)) == rank and m.group(3) == kind and m.group(5) == chr(ord("a") + rank) * 100,
+              f"{kind}: line of rank {rank} carries another rank's text: {l[:200]!r}", r)
+        seen[rank].append(int(m.group(4)))
+    for rank in ranks:
+        check(seen[rank] == list(range(n)), f"{kind}: rank {rank} lines missing or out of order", r)
+        if kind == "out":
+            check(last[rank] == 1, f"rank {rank}: the final partial line was not flushed once", r)
+
+
+def test_output():
+    n = 3000
+    with tempfile.TemporaryDirectory() as logs:
+        rc, r = run(["--nproc-per-node", "4", "--master-port", "0", "--log-dir", logs], ["--mode", f"spam:{n}"])
+        check(rc == 0, f"exit {rc}", r)
+        check_spam(r.out, "out", [0, 1, 2, 3], n, r)
+        check_spam([l for l in r.err if not l.startswith("tandemrun")], "err", [0, 1, 2, 3], n, r)
+        for rank in range(4):
+            payload = chr(ord("a") + rank) * 100
+            with open(os.path.join(logs, "attempt0", f"rank{rank}.stdout")) as f:
+                want = "".join(f"rank {rank} out {i} {payload}\n" for i in range(n))
+                want += f"rank {rank} last line without newline"
+                check(f.read() == want, f"log file rank{rank}.stdout differs from what the rank wrote")
+            with open(os.path.join(logs, "attempt0", f"rank{rank}.stderr")) as f:
+                check(f.read() == "".join(f"rank {rank} err {i} {payload}\n" for i in range(n)),
+                      f"log file rank{rank}.stderr differs from what the rank wrote")
+
+
+def test_rank_filter():
+    with tempfile.TemporaryDirectory() as logs:
+        rc, r = run(["--nproc-per-node", "4", "--master-port", "0", "--rank-filter", "0,2", "--log-dir", logs],
+                    ["--mode", "spam:200"])
+        check(rc == 0, f"exit {rc}", r)
+        check_spam(r.out, "out", [0, 2], 200, r)
+        check_spam([l for l in r.err if not l.startswith("tandemrun")], "err", [0, 2], 200, r)
+        # The filter is for the console only: every rank keeps its files.
+        for rank in range(4):
+            check(os.path.getsize(os.path.join(logs, "attempt0", f"rank{rank}.stdout")) > 0, f"rank{rank}.stdout")
+
+
+def start_paused(flags, modes, pid_dir, nproc=4):
+    """tandemrun with `nproc` workers that print "ready" and block; modes: {rank: MODE}."""
+    args = ["--pid-dir", pid_dir, "--mode", "pause"]
+    for rank, mode in modes.items():
+        args += ["--mode-for", f"{rank}={mode}"]
+    r = Run(["--nproc-per-node", str(nproc), "--master-port", "0"] + flags, args)
+    r.wait_for(r"ready rank \d+ pid", count=nproc)
+    return r, pids_in(pid_dir, nproc)
+
+
+def test_teardown_exit():
+    with tempfile.TemporaryDirectory() as d:
+        # Rank 3 ignores SIGTERM, so only the SIGKILL after --grace-s ends it.
+        r, pids = start_paused(["--grace-s", "1"], {1: "on-usr1:exit:3:30", 3: "pause-ignore-term"}, d)
+        os.kill(pids[1], signal.SIGUSR1)
+        rc = r.finish()
+        _, err = r.text()
+        check(rc == 1, f"exit {rc}, expected 1", r)
+        check(f"rank 1 (node 0, host {socket.gethostname()}, local rank 1, pid {pids[1]}) exited with code 3" in err,
+              "failure line", r)
+        check("last 20 lines of rank 1's stderr" in err, "stderr tail header", r)
+        check("| rank 1 stderr line 29" in err and "| rank 1 stderr line 10" in err, "stderr tail lines", r)
+        check("| rank 1 stderr line 9" not in err, "the tail should hold only the last 20 lines", r)
+        check("sending SIGKILL" in err, "rank 3 ignores SIGTERM: SIGKILL after the grace period expected", r)
+        assert_no_survivor(pids, "rank 1 exited 3", r)
+
+
+def test_teardown_signal():
+    with tempfile.TemporaryDirectory() as d:
+        r, pids = start_paused(["--grace-s", "2"], {2: "on-usr1:signal:SEGV"}, d, nproc=3)
+        os.kill(pids[2], signal.SIGUSR1)
+        rc = r.finish()
+        _, err = r.text()
+        check(rc == 1, f"exit {rc}", r)
+        check(re.search(r"rank 2 \(node 0, .*\) was killed by signal 11 \(SIGSEGV", err), "SIGSEGV report", r)
+        check("| rank 2 raising SIGSEGV" in err, "stderr tail", r)
+        check("out-of-memory" not in err, "no OOM hint for SIGSEGV", r)
+        assert_no_survivor(pids, "rank 2 SIGSEGV", r)
+    with tempfile.TemporaryDirectory() as d:
+        # SIGKILL of one worker mid-run, from outside (as the OOM killer would).
+        r, pids = start_paused(["--grace-s", "1"], {}, d, nproc=3)
+        os.kill(pids[1], signal.SIGKILL)
+        rc = r.finish()
+        _, err = r.text()
+        check(rc == 1, f"exit {rc}", r)
+        check(re.search(r"rank 1 \(node 0, .*\) was killed by signal 9 \(SIGKILL", err), "SIGKILL report", r)
+        check("out-of-memory killer" in err, "OOM hint", r)
+        assert_no_survivor(pids, "rank 1 SIGKILL", r)
+
+
+def test_interrupt():
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        with tempfile.TemporaryDirectory() as d:
+            r, pids = start_paused(["--grace-s", "1"], {0: "pause-ignore-term"}, d, nproc=3)
+            r.proc.send_signal(sig)
+            rc = r.finish()
+            _, err = r.text()
+            check(rc == code, f"{sig.name}: exit {rc}, expected {code}", r)
+            check(f"received {sig.name}" in err, f"{sig.name} not reported", r)
+            assert_no_survivor(pids, f"{sig.name} to tandemrun", r)
+
+
+def test_launcher_sigkill():
+    with tempfile.TemporaryDirectory() as d:
+        r, pids = start_paused([], {1: "pause-ignore-term"}, d, nproc=3)
+        r.proc.kill()
+        r.finish()
+        survivors = wait_all_dead(list(pids.values()))
+        for p in survivors:
+            os.kill(p, signal.SIGKILL)
+        check(not survivors, f"workers {survivors} outlived a SIGKILLed tandemrun (PR_SET_PDEATHSIG)", r)
+
+
+def test_restart():
+    with tempfile.TemporaryDirectory() as logs:
+        rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--max-restarts", "1", "--log-dir", logs],
+                    ["--mode", "fail-attempt:99", "--mode-for", "1=fail-attempt:0"])
+        out, err = r.text()
+        check(rc == 0, f"exit {rc}, expected the restarted job to succeed", r)
+        check("attempt 0 failed: rank 1 (node 0" in err and "exited with code 1" in err, "attempt 0 failure", r)
+        check("restarting the whole job: attempt 1" in err, "restart message", r)
+        check("[0:0] RESTART_COUNT=1 ok" in out and "[0:1] RESTART_COUNT=1 ok" in out, "attempt 1 output", r)
+        with open(os.path.join(logs, "attempt0", "rank1.stderr")) as f:
+            check("failing on purpose on attempt 0" in f.read(), "attempt0/rank1.stderr")
+        with open(os.path.join(logs, "attempt1", "rank1.stdout")) as f:
+            check("RESTART_COUNT=1 ok" in f.read(), "attempt1/rank1.stdout")
+    # Restarts used up: the job fails after K+1 attempts.
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--max-restarts", "1"],
+                ["--mode", "ok", "--mode-for", "0=exit:4"])
+    _, err = r.text()
+    check(rc == 1, f"exit {rc}", r)
+    check("attempt 0 failed" in err and "attempt 1 failed" in err and "no restart left" in err, "two failures", r)
+
+
+def test_ports():
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0"], ["--mode", "env"])
+    check(rc == 0, f"exit {rc}", r)
+    port = store_port(r)
+    check(sum(1 for l in r.out if l.endswith(f"ENV MASTER_PORT={port}")) == 2, "workers' MASTER_PORT", r)
+    with socket.socket() as blocker:
+        blocker.bind(("0.0.0.0", 0))
+        blocker.listen()
+        busy = blocker.getsockname()[1]
+        rc, r = run(["--nproc-per-node", "2", "--master-port", str(busy)], ["--mode", "ok"])
+        _, err = r.text()
+        check(rc == 1, f"busy port: exit {rc}", r)
+        check(f"--master-port {busy}" in err and "in use" in err, "busy port message", r)
+        check(not r.out, "no worker may start when the store cannot be hosted", r)
+
+
+def test_rdzv_timeout():
+    port = free_port()
+    rc, r = run(["--nnodes", "2", "--node-rank", "0", "--master-port", str(port), "--rdzv-timeout-s", "3"],
+                ["--mode", "ok"])
+    _, err = r.text()
+    check(rc == 1, f"exit {rc}", r)
+    check("rendezvous timed out after 3 s: node 1 of 2 did not join" in err, "missing node 1 not named", r)
+    check(not r.out, "no worker may start without every node", r)
+    rc, r = run(["--nnodes", "3", "--node-rank", "2", "--master-port", str(free_port()), "--rdzv-timeout-s", "2"],
+                ["--mode", "ok"])
+    _, err = r.text()
+    check(rc == 1 and "node 0 did not join" in err, f"missing node 0: exit {rc}", r)
+
+
+def two_nodes(port, worker_args, extra=(), job="jobA", nproc=2):
+    flags = ["--nnodes", "2", "--nproc-per-node", str(nproc), "--master-port", str(port), "--job-id", job,
+             "--rdzv-timeout-s", "60"] + list(extra)
+    return [Run(flags + ["--node-rank", str(n)], worker_args) for n in (0, 1)]
+
+
+def test_two_nodes_allreduce():
+    port = free_port()
+    node0 = Run(["--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", str(port),
+                 "--job-id", "jobA", "--rdzv-timeout-s", "60"], ["--mode", "allreduce"])
+    # Another job on the same address is refused by the store's handshake.
+    rc, intruder = run(["--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", str(port),
+                        "--job-id", "jobB", "--rdzv-timeout-s", "30"], ["--mode", "ok"])
+    _, err = intruder.text()
+    check(rc == 1 and "belongs to job jobA, not jobB" in err, f"intruder: exit {rc}", intruder)
+    check(not intruder.out, "the refused job started workers", intruder)
+    node1 = Run(["--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", str(port),
+                 "--job-id", "jobA", "--rdzv-timeout-s", "60"], ["--mode", "allreduce"])
+    rc0, rc1 = node0.finish(), node1.finish()
+    check(rc0 == 0, f"node 0 exit {rc0}", node0)
+    check(rc1 == 0, f"node 1 exit {rc1}", node1)
+    for node, r in ((0, node0), (1, node1)):
+        for rank in (2 * node, 2 * node + 1):
+            check(f"[{node}:{rank}] allreduce ok sum=10 world=4 rank={rank} backend=gloo" in r.out, f"rank {rank} allreduce", r)
+
+
+def test_two_nodes_teardown():
+    # A rank on node 1 fails: node 0's workers are stopped too, and both nodes print
+    # the same first failure.
+    with tempfile.TemporaryDirectory() as d:
+        nodes = two_nodes(free_port(), ["--pid-dir", d, "--mode", "pause", "--mode-for", "3=on-usr1:exit:3:5"],
+                          ["--grace-s", "1"])
+        for n in nodes:
+            n.wait_for(r"ready rank \d+ pid", count=2)
+        pids = pids_in(d, 4)
+        os.kill(pids[3], signal.SIGUSR1)
+        rcs = [n.finish() for n in nodes]
+        for node, (rc, r) in enumerate(zip(rcs, nodes)):
+            check(rc == 1, f"node {node}: exit {rc}", r)
+            _, err = r.text()
+            check(f"rank 3 (node 1, host {socket.gethostname()}, local rank 1, pid {pids[3]}) exited with code 3" in err,
+                  f"node {node}: first failure", r)
+            check("| rank 3 stderr line 4" in err, f"node {node}: stderr tail", r)
+        assert_no_survivor(pids, "rank 3 on node 1 exited 3", nodes[0])
+    # SIGTERM to node 1's tandemrun: node 1 exits 143, node 0 stops its workers and says why.
+    with tempfile.TemporaryDirectory() as d:
+        nodes = two_nodes(free_port(), ["--pid-dir", d, "--mode", "pause"], ["--grace-s", "1"])
+        for n in nodes:
+            n.wait_for(r"ready rank \d+ pid", count=2)
+        pids = pids_in(d, 4)
+        nodes[1].proc.send_signal(signal.SIGTERM)
+        rc0, rc1 = nodes[0].finish(), nodes[1].finish()
+        check(rc1 == 143, f"node 1: exit {rc1}", nodes[1])
+        check(rc0 == 1, f"node 0: exit {rc0}", nodes[0])
+        check("node 1's tandemrun" in nodes[0].text()[1] and "received SIGTERM" in nodes[0].text()[1],
+              "node 0 should name node 1's SIGTERM", nodes[0])
+        assert_no_survivor(pids, "SIGTERM to node 1", nodes[0])
+    # SIGKILL of node 0's tandemrun takes the store with it: node 1 stops its workers.
+    with tempfile.TemporaryDirectory() as d:
+        nodes = two_nodes(free_port(), ["--pid-dir", d, "--mode", "pause"], ["--grace-s", "1"])
+        for n in nodes:
+            n.wait_for(r"ready rank \d+ pid", count=2)
+        pids = pids_in(d, 4)
+        nodes[0].proc.kill()
+        rc1 = nodes[1].finish()
+        nodes[0].finish()
+        check(rc1 == 1, f"node 1: exit {rc1}", nodes[1])
+        check("node 1 lost the job's store" in nodes[1].text()[1], "node 1 should say it lost the store", nodes[1])
+        survivors = wait_all_dead([pids[0], pids[1]])  # node 0's workers die by PR_SET_PDEATHSIG
+        check(not survivors, f"node 0's workers {survivors} outlived their tandemrun", nodes[1])
+        assert_no_survivor(pids, "SIGKILL of node 0's tandemrun", nodes[1])
+
+
+def test_two_nodes_restart():
+    nodes = two_nodes(free_port(), ["--mode", "fail-attempt:99", "--mode-for", "2=fail-attempt:0"],
+                      ["--max-restarts", "1"])
+    rcs = [n.finish() for n in nodes]
+    for node, (rc, r) in enumerate(zip(rcs, nodes)):
+        check(rc == 0, f"node {node}: exit {rc}", r)
+        _, err = r.text()
+        check("attempt 0 failed: rank 2 (node 1" in err, f"node {node}: attempt 0 failure", r)
+        for rank in (2 * node, 2 * node + 1):
+            check(f"[{node}:{rank}] RESTART_COUNT=1 ok" in r.out, f"rank {rank} in attempt 1", r)
+
+
+class Skip(Exception):
+    pass
+
+
+def worker_pids(launcher_pid):
+    """The workers a tandemrun forked (they are children of its main thread)."""
+    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def test_kill_training():
+    # SIGKILL of one rank of a real DDP job mid-training: the job ends with the report
+    # and no process left. Needs tandem-train with --mode ddp (its own issue).
+    train = os.path.join(BIN, "tandem-train")
+    if not os.access(train, os.X_OK):
+        raise Skip(f"tandem-train is not built in {BIN}")
+    probe = subprocess.run([train, "--mode", "ddp", "--data", "synthetic", "--max-steps", "0"],
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
+    if probe.returncode == 2 and "not built yet" in probe.stderr + probe.stdout:
+        raise Skip("tandem-train has no --mode ddp yet")
+    r = Run(["--nproc-per-node", "3", "--master-port", "0", "--grace-s", "2"],
+            ["--mode", "ddp", "--data", "synthetic", "--max-steps", "1000000", "--log-every", "2"], program=train)
+    r.wait_for(r"^\[0:0\] .* step 4/")  # mid-training (tandem-train logs to stdout)
+    pids = worker_pids(r.proc.pid)
+    check(len(pids) == 3, f"expected 3 workers, found {pids}", r)
+    killed = time.monotonic()
+    victim = pids[1]
+    os.kill(victim, signal.SIGKILL)
+    rc = r.finish()
+    print(f"(information: the job ended {time.monotonic() - killed:.2f} s after the SIGKILL, --grace-s 2)")
+    _, err = r.text()
+    check(rc == 1, f"exit {rc}", r)
+    check(re.search(rf"rank \d \(node 0, .*pid {victim}\) was killed by signal 9 \(SIGKILL", err),
+          "the killed rank is not the reported first failure", r)
+    check("out-of-memory killer" in err, "OOM hint", r)
+    assert_no_survivor(dict(enumerate(pids)), "SIGKILL of one training rank", r)
+
+
+TESTS = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
+
+if __name__ == "__main__":
+    name = sys.argv[3]
+    try:
+        TESTS[name]()
+    except Skip as e:
+        print(f"SKIP: launcher.{name}: {e}")
+        sys.exit(0)
+    except Failed as e:
+        print(f"FAIL launcher.{name}: {e}")
+        sys.exit(1)
+    finally:
+        # A failed test may leave a tandemrun running: SIGKILL takes its workers along
+        # (PR_SET_PDEATHSIG), so nothing outlives the test.
+        for proc in STARTED:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    print(f"ok launcher.{name}")
