@@ -17,7 +17,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   CLI::App app{"tandem-train: train a model on one process, one device per replica "
                "(--mode single|dp|ddp). See docs/ and CONTRACT.md.",
                "tandem-train"};
-  app.option_defaults()->always_capture_default();
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const auto names = [](std::initializer_list<std::string> v) { return CLI::IsMember(std::vector<std::string>(v)); };
 
   app.add_option("--model", c.model, "Model: mlp (784-H-H-10) or cnn (2 conv blocks, 170k params)")
