@@ -17,6 +17,7 @@
 #include "models/zoo.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/loader.h"
+#include "runtime/cpu/blas_core.h"
 #include "runtime/kernels.h"
 #include "collectives/init.h"
 #include "runtime/strategy/data_parallel.h"
@@ -158,6 +159,9 @@ void run_training(const TrainConfig& c) {
                data.test->size, global_batch, total_steps, steps_per_epoch, threads, c.lr, warmup,
                c.optimizer);
 
+  if (strategy->rank() == 0) {
+    if (auto warning = cpu::blas_core_warning()) spdlog::warn("{}", *warning);
+  }
   const bool tty = c.progress && isatty(STDERR_FILENO) && strategy->rank() == 0;
   std::vector<double> step_ms;
   PhaseTimes timed_phases;

@@ -13,6 +13,9 @@ Model& Model::add(const std::string& name, std::unique_ptr<Module> module) {
   for (const auto& l : layers_)
     if (l.name == name) throw std::invalid_argument("duplicate layer name '" + name + "'");
   module->set_prefix(name);
+  // Nothing before the first layer with parameters needs an input gradient (the data
+  // does not require one), so the first Linear/Conv2d skips its dx GEMM, as PyTorch does.
+  module->set_needs_input_grad(!params_.empty());
   module->to(device_);
   for (Parameter* p : module->parameters()) params_.push_back(p);
   layers_.push_back({name, std::move(module)});

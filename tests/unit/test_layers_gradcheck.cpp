@@ -296,6 +296,8 @@ std::unique_ptr<Model> small_mlp(uint64_t seed) {
 
 TEST(ModelGradients, WholeModelGradcheck) {
   auto m = small_mlp(5);
+  // The model's input gradient is checked too, so the leading layers must produce it.
+  for (size_t i = 0; i < m->layer_count(); ++i) m->layer(i).set_needs_input_grad(true);
   gradcheck([&](const Tensor& t) { return m->forward(t); },
             [&](const Tensor& d) { return m->backward(d); }, m->parameters(),
             random_tensor({3, 2, 3}, 26), 27);
@@ -352,6 +354,7 @@ TEST(ModelGradients, AccumulateAndWriteThroughReboundViews) {
 
 TEST(ModelGradients, SkippedInputGradientLeavesParameterGradientsUnchanged) {
   auto a = small_mlp(8), b = small_mlp(8);
+  for (size_t i = 0; i < a->layer_count(); ++i) a->layer(i).set_needs_input_grad(true);
   b->layer(0).set_needs_input_grad(false);
   b->layer(1).set_needs_input_grad(false);
   const Tensor x = random_tensor({4, 6}, 9), dy = random_tensor({4, 3}, 10);

@@ -1,0 +1,88 @@
+// Checkpoints (CONTRACT.md, "Checkpoints"; docs/checkpoints.md): one directory per
+// checkpoint under a root,
+//   ROOT/step-00001234/model.safetensors      parameters, keyed by name ("fc1.weight")
+//                      optimizer.safetensors  optimizer state ("fc1.weight.momentum_buffer"),
+//                                             steps_taken in its __metadata__
+//                      meta.json              CheckpointMeta, file and tensor CRC-32s
+// Names carry no mode prefix, so a checkpoint written in any mode and world size loads in
+// any other.
+//
+// Invariants:
+//  - Atomic: a checkpoint is written into ROOT/.tmp-step-XXXXXXXX-<pid>/, every file and the
+//    directory fsynced, then renamed to ROOT/step-XXXXXXXX and ROOT fsynced. A crash at any
+//    point leaves either the complete new checkpoint or none, and the previous ones intact;
+//    names starting with '.' are never listed or resumed from.
+//  - Streaming: tensors go from their own memory (or a 4 MiB staging chunk for device
+//    tensors) to the file and back, so saving or loading never holds a second model copy.
+//  - Load validates everything (checksums, then every tensor's name, dtype and shape against
+//    the model and optimizer) before it writes a single byte into them.
+//  - Nothing here calls exit(): errors are CheckpointError naming the path and tensor.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint/checkpoint_meta.h"
+#include "runtime/checkpoint/file_io.h"
+#include "runtime/model.h"
+#include "runtime/optim/optimizer.h"
+
+namespace tandem {
+
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kMetaFile = "meta.json";
+
+// "step-00001234" (at least 8 digits; listing orders by the number, not the text).
+std::string checkpoint_dir_name(int64_t step);
+// The step of a "step-N" directory name; nullopt for any other name (".tmp-...", "latest").
+std::optional<int64_t> parse_checkpoint_step(const std::string& name);
+
+// Writes ROOT/step-<meta.step> from the model's parameters and the optimizer's state, then
+// keeps the newest `keep_last` checkpoints of steps <= meta.step (keep_last <= 0: all),
+// deleting the others only once the new one is durable. `meta` describes the run (step,
+// loader position, seed, model and data config); save fills the optimizer fields, the
+// parameter checksum, the time and the file records itself. A checkpoint of the same step
+// already there is replaced atomically. Call it on one process only (rank 0 / device 0).
+// Returns the checkpoint's path.
+std::string save_checkpoint(const std::string& root, const Model& model, const Optimizer& optimizer,
+                            const CheckpointMeta& meta, int keep_last = 0);
+
+// ROOT/step-N directories, highest step first. A missing root gives none.
+std::vector<std::string> list_checkpoints(const std::string& root);
+
+struct VerifyResult {
+  std::vector<std::string> problems;   // each names the file (and tensor) concerned
+  std::optional<CheckpointMeta> meta;  // when meta.json could be read
+  bool ok() const { return problems.empty(); }
+  std::string summary() const;  // problems joined with "; ", or "ok"
+};
+
+// Checks one checkpoint directory completely: every file present, meta.json valid and
+// self-consistent, each safetensors header valid, file sizes and every file and tensor
+// checksum as recorded. Reads every byte (in 4 MiB chunks). Never throws.
+VerifyResult verify_checkpoint(const std::string& dir);
+
+// meta.json of a checkpoint directory, parsed and checked against its own CRC.
+CheckpointMeta read_checkpoint_meta(const std::string& dir);
+
+// The checkpoint a run should resume from ("" = start from scratch):
+//   ""      no resume;
+//   "auto"  the newest checkpoint under checkpoint_dir that verifies; each newer one that
+//           does not is reported (spdlog::warn, naming it and why) and skipped; none at all
+//           (or no checkpoint_dir on disk yet) means a fresh start;
+//   PATH    that checkpoint directory (or checkpoint_dir/PATH); throws CheckpointError if it
+//           does not verify.
+// Throws std::invalid_argument for "auto" without a checkpoint_dir.
+std::string resolve_resume(const std::string& spec, const std::string& checkpoint_dir);
+
+// Loads a checkpoint into `model` (and `optimizer` with its steps_taken, unless null) on
+// whatever device they live. Refuses, before modifying anything, a checkpoint that does not
+// verify (naming the file) or whose tensors differ from the model's or optimizer's (naming
+// the first differing tensor: missing, extra, dtype or shape) or whose optimizer kind
+// differs. Returns the checkpoint's meta: the caller restores its step, loader position
+// (meta.position_for) and LR schedule position from it.
+CheckpointMeta load_checkpoint(const std::string& dir, Model& model, Optimizer* optimizer);
+
+}  // namespace tandem
