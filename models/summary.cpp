@@ -55,7 +55,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"comm_ms", s.phase_means.comm_ms},
       {"exposed_comm_ms", s.phase_means.exposed_comm_ms},
       {"optimizer_ms", s.phase_means.optimizer_ms},
-      {"final_train_loss", s.final_train_loss},
+      {"final_train_loss", opt(s.final_train_loss)},
       {"test_loss", opt(s.test_loss)},
       {"test_accuracy", opt(s.test_accuracy)},
       {"param_checksum", s.param_checksum},

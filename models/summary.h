@@ -23,7 +23,7 @@ struct RunSummary {
   double samples_per_s = 0, train_time_s = 0;
   StepTimingStats step_ms;
   PhaseTimes phase_means;  // per timed step
-  double final_train_loss = 0;
+  std::optional<double> final_train_loss;  // null when this run trained no step
   std::optional<double> test_loss, test_accuracy;
   std::string param_checksum;
   bool replicas_identical = true;

@@ -55,6 +55,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints");
   app.add_option("--save-every", c.save_every, "Save a checkpoint every N steps");
   app.add_option("--resume", c.resume, "Resume: auto or a checkpoint path");
+  app.add_option("--keep-last", c.keep_last, "Checkpoints to keep in --checkpoint-dir (0: all)");
   app.add_option("--eval-every", c.eval_every, "Also evaluate on the test set every N steps (0: per epoch)");
   app.add_option("--log-every", c.log_every, "Log a line every N steps when not on a terminal");
   app.add_option("--trace", c.trace, "Write a Chrome/Perfetto trace to FILE");
@@ -104,8 +105,9 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   require(c.device == "cpu", "--device " + c.device + later + " (only --device cpu)");
   require(c.mode == "dp" || c.devices == 1, "--devices needs --mode dp");
   require(c.backend != "nccl", "--backend nccl needs --device cuda, which" + later);
-  require(c.checkpoint_dir.empty() && c.save_every == 0 && c.resume.empty(),
-          "checkpoints (--checkpoint-dir/--save-every/--resume)" + later);
+  require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");
+  require(c.resume != "auto" || !c.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
+  require(c.keep_last >= 0, "--keep-last must be >= 0");
   return c;
 }
 

@@ -50,6 +50,7 @@ struct TrainConfig {
   std::string checkpoint_dir;
   int64_t save_every = 0;
   std::string resume;
+  int keep_last = 3;
   // reporting
   int64_t eval_every = 0;
   int64_t log_every = 50;

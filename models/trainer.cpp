@@ -16,6 +16,7 @@
 #include "models/summary.h"
 #include "models/zoo.h"
 #include "runtime/data/dataset.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/loader.h"
 #include "runtime/cpu/blas_core.h"
 #include "runtime/kernels.h"
@@ -159,6 +160,44 @@ void run_training(const TrainConfig& c) {
                data.test->size, global_batch, total_steps, steps_per_epoch, threads, c.lr, warmup,
                c.optimizer);
 
+  // Resume (every rank and mode loads: DDP ranks need their optimizer state; DP loads into
+  // device 0's replica, which the next step broadcasts).
+  int64_t step = 0;
+  LoaderPosition start{0, 0};
+  const std::string resume_from = resolve_resume(c.resume, c.checkpoint_dir);
+  if (!resume_from.empty()) {
+    CheckpointMeta m = load_checkpoint(resume_from, strategy->model(), &strategy->optimizer());
+    if (m.seed != c.seed || m.dataset != c.data)
+      spdlog::warn("resuming a run of --data {} --seed {} with --data {} --seed {}: the data order differs",
+                   m.dataset, m.seed, c.data, c.seed);
+    step = m.step;
+    start = m.position_for(train_loader.batch_size(), train_loader.sampler().options().num_replicas);
+    // Saved right after an epoch's last step: the loop would have moved on to the next epoch.
+    if (start.step_in_epoch + accum > train_loader.steps_per_epoch()) start = {start.epoch + 1, 0};
+  }
+  int64_t last_saved_step = resume_from.empty() ? -1 : step;
+  auto save = [&] {
+    last_saved_step = step;
+    if (strategy->rank() != 0) return;  // replicas are identical; one writer
+    CheckpointMeta m;
+    m.step = step;
+    m.epoch = train_loader.position().epoch;
+    m.step_in_epoch = train_loader.position().step_in_epoch;
+    m.seed = c.seed;
+    m.dataset = c.data;
+    m.batch_size = train_loader.batch_size();
+    m.replicas = train_loader.sampler().options().num_replicas;
+    m.grad_accum = accum;
+    m.model_name = mc.name;
+    m.hidden = mc.hidden;
+    m.input_shape = {mc.in_channels, mc.height, mc.width};
+    m.classes = mc.classes;
+    m.lr_schedule = LrScheduleInfo{"warmup_cosine", c.lr, c.min_lr, warmup, total_steps};
+    m.mode = strategy->mode();
+    m.world_size = strategy->mode() == std::string("ddp") ? replicas : 1;
+    save_checkpoint(c.checkpoint_dir, strategy->model(), strategy->optimizer(), m, c.keep_last);
+  };
+
   if (strategy->rank() == 0) {
     if (auto warning = cpu::blas_core_warning()) spdlog::warn("{}", *warning);
   }
@@ -166,9 +205,11 @@ void run_training(const TrainConfig& c) {
   std::vector<double> step_ms;
   PhaseTimes timed_phases;
   double last_loss = 0;
+  bool trained_any = false;  // false when resumed at or past --max-steps
+  int64_t steps_this_run = 0;
   std::optional<EvalResult> last_eval;
   int64_t last_eval_step = -1;
-  int64_t step = 0, epochs_completed = 0;
+  int64_t epochs_completed = start.epoch;
   auto run_t0 = std::chrono::steady_clock::now();
 
   auto evaluate = [&](const char* when) {
@@ -178,8 +219,8 @@ void run_training(const TrainConfig& c) {
                  last_eval->accuracy);
   };
 
-  for (int64_t epoch = 0; epoch < c.epochs && step < total_steps; ++epoch) {
-    train_loader.set_epoch(epoch);
+  for (int64_t epoch = start.epoch; epoch < c.epochs && step < total_steps; ++epoch) {
+    train_loader.seek(epoch == start.epoch ? start : LoaderPosition{epoch, 0});
     ProgressBar bar(tty, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs),
                     std::min(steps_per_epoch, total_steps - step));
     double epoch_loss_sum = 0, epoch_ms = 0;
@@ -201,7 +242,8 @@ void run_training(const TrainConfig& c) {
       }
       double ms = ms_since(t0);
       last_loss = out.loss;
-      if (step >= untimed) {
+      trained_any = true;
+      if (steps_this_run++ >= untimed) {  // warm-up counted from this process's start
         step_ms.push_back(ms);
         timed_phases.forward_ms += phases.forward_ms;
         timed_phases.backward_ms += phases.backward_ms;
@@ -218,6 +260,7 @@ void run_training(const TrainConfig& c) {
       if (!tty && step % c.log_every == 0)
         spdlog::info("step {}/{} loss {:.4f} lr {:.5f} {:.0f} samples/s", step, total_steps, out.loss,
                      schedule.at(step - 1), sps);
+      if (c.save_every > 0 && step % c.save_every == 0) save();
       if (c.eval_every > 0 && step % c.eval_every == 0) {
         bar.finish();
         evaluate("every");
@@ -234,6 +277,7 @@ void run_training(const TrainConfig& c) {
                  static_cast<double>(epoch_steps * global_batch) / (epoch_ms / 1000.0));
   }
   if (last_eval_step != step) evaluate("end");
+  if (!c.checkpoint_dir.empty() && step > 0 && last_saved_step != step) save();
 
   RunSummary s;
   s.mode = strategy->mode();
@@ -258,7 +302,7 @@ void run_training(const TrainConfig& c) {
                      timed_phases.exposed_comm_ms / n, timed_phases.optimizer_ms / n};
   }
   s.step_ms = step_timing_stats(step_ms);
-  s.final_train_loss = strategy->global_loss(last_loss);
+  if (trained_any) s.final_train_loss = strategy->global_loss(last_loss);
   if (last_eval) {
     s.test_loss = last_eval->loss;
     s.test_accuracy = last_eval->accuracy;
@@ -268,9 +312,9 @@ void run_training(const TrainConfig& c) {
   s.buckets = strategy->buckets();
   s.peak_rss_mb = peak_rss_mb();
   s.seed = c.seed;
-  spdlog::info("done: {} steps, final_train_loss {:.4f}, test_accuracy {:.4f}, {:.0f} samples/s, "
+  spdlog::info("done: {} steps, final_train_loss {}, test_accuracy {:.4f}, {:.0f} samples/s, "
                "step {:.2f} ms (p50 {:.2f}, p90 {:.2f}), peak RSS {:.0f} MiB, checksum {}",
-               s.steps, s.final_train_loss, s.test_accuracy.value_or(0), s.samples_per_s, s.step_ms.mean,
+               s.steps, s.final_train_loss ? fmt::format("{:.4f}", *s.final_train_loss) : "none", s.test_accuracy.value_or(0), s.samples_per_s, s.step_ms.mean,
                s.step_ms.p50, s.step_ms.p90, s.peak_rss_mb, s.param_checksum);
   if (!c.trace.empty()) tracer->write(trace_path_for_rank(c.trace, strategy->rank(), s.world_size));
   if (!c.summary_json.empty() && strategy->rank() == 0) write_summary_json(s, c.summary_json);
