@@ -50,7 +50,7 @@ void ProcessGroup::check_buffer(const Collective& c, const Buffer& b, const char
   if (b.count < 0) throw std::invalid_argument(where + " has a negative element count");
   if (b.count > 0 && b.data == nullptr) throw std::invalid_argument(where + " is null");
   if (!accepts(b.device)) {
-    throw std::invalid_argument(where + " is on " + device_str(b.device) + ", which the " + backend_ +
+    throw std::invalid_argument(where + " is on " + b.device.str() + ", which the " + backend_ +
                                 " backend cannot use");
   }
 }
@@ -60,8 +60,8 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective c) {
     check_buffer(c, c.in, "input");
     check_buffer(c, c.out, "output");
     if (c.in.dtype != c.out.dtype) {
-      throw std::invalid_argument(std::string(op_str(c.op)) + ": input is " + dtype_str(c.in.dtype) +
-                                  " but output is " + dtype_str(c.out.dtype));
+      throw std::invalid_argument(std::string(op_str(c.op)) + ": input is " + dtype_name(c.in.dtype) +
+                                  " but output is " + dtype_name(c.out.dtype));
     }
     if (!(c.in.device == c.out.device)) {
       throw std::invalid_argument(std::string(op_str(c.op)) + ": input and output are on different devices");

@@ -5,22 +5,6 @@
 
 namespace tandem {
 
-const char* dtype_str(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
-  }
-  return "?";
-}
-
-std::string device_str(Device device) {
-  return device.is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(device.index);
-}
-
 Buffer Buffer::slice(int64_t first, int64_t n) const {
   if (first < 0 || n < 0 || first + n > count) {
     throw std::out_of_range("Buffer::slice: elements [" + std::to_string(first) + ", " +
@@ -28,7 +12,7 @@ Buffer Buffer::slice(int64_t first, int64_t n) const {
                             std::to_string(count));
   }
   Buffer b = *this;
-  b.data = static_cast<char*>(data) + static_cast<size_t>(first) * element_bytes(dtype);
+  b.data = static_cast<char*>(data) + static_cast<size_t>(first) * dtype_size(dtype);
   b.count = n;
   return b;
 }
@@ -40,7 +24,7 @@ Buffer cpu_buffer(uint8_t* data, int64_t count) { return {data, count, DType::u8
 Buffer cpu_buffer(uint16_t* data, int64_t count, DType half_dtype) {
   if (half_dtype != DType::f16 && half_dtype != DType::bf16) {
     throw std::invalid_argument("cpu_buffer(uint16_t*): dtype must be f16 or bf16, not " +
-                                std::string(dtype_str(half_dtype)));
+                                std::string(dtype_name(half_dtype)));
   }
   return {data, count, half_dtype, Device::cpu()};
 }
@@ -70,7 +54,7 @@ std::string Collective::describe() const {
   std::ostringstream s;
   s << op_str(op) << " #" << seq;
   if (op == OpType::barrier) return s.str();
-  s << " (" << dtype_str(dtype());
+  s << " (" << dtype_name(dtype());
   if (op == OpType::allreduce || op == OpType::reduce_scatter) s << ' ' << reduce_op_str(reduce);
   if (op == OpType::broadcast) s << " root " << root;
   s << ", " << bytes() << " bytes" << (in_place ? ", in place" : "") << ')';

@@ -14,21 +14,6 @@
 
 namespace tandem {
 
-// Bytes per element. Local to collectives so the library needs only tensor.h's types
-// (runtime/tensor.cpp's dtype_size would pull the whole runtime in).
-constexpr size_t element_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
-  }
-  return 0;
-}
-const char* dtype_str(DType dtype);  // "f32", "bf16", ...
-std::string device_str(Device device);  // "cpu", "cuda:1" (tensor.cpp's Device::str is not linked)
 
 // A contiguous run of `count` elements of `dtype` at `data` on `device`.
 struct Buffer {
@@ -37,7 +22,7 @@ struct Buffer {
   DType dtype = DType::f32;
   Device device = Device::cpu();
 
-  size_t bytes() const { return static_cast<size_t>(count) * element_bytes(dtype); }
+  size_t bytes() const { return static_cast<size_t>(count) * dtype_size(dtype); }
   // The `count` elements starting `first` elements in.
   Buffer slice(int64_t first, int64_t count) const;
 };

@@ -105,7 +105,7 @@ Collective make_op(const Config& cfg, const ProcessGroup& g, void* in_buf, void*
 // the output with 0, which no correct result contains.
 void fill(const Config& cfg, const ProcessGroup& g, Memory& memory, const Collective& c,
           std::vector<char>& host, void* out_buf, int64_t count) {
-  const size_t eb = element_bytes(cfg.dtype);
+  const size_t eb = dtype_size(cfg.dtype);
   const int64_t out_total = cfg.op == OpType::reduce_scatter ? (c.in_place ? count : c.out.count) : count;
   std::memset(host.data(), 0, static_cast<size_t>(out_total) * eb);
   memory.to_device(out_buf, host.data(), static_cast<size_t>(out_total) * eb);
@@ -171,7 +171,7 @@ std::unique_ptr<Path> make_group_path(ProcessGroup& group) { return std::make_un
 std::unique_ptr<Memory> make_host_memory() { return std::make_unique<HostMemory>(); }
 
 std::vector<Row> run_sizes(const Config& cfg, ProcessGroup& g, Path& path, Memory& memory) {
-  const size_t eb = element_bytes(cfg.dtype);
+  const size_t eb = dtype_size(cfg.dtype);
   const size_t cap = static_cast<size_t>(cfg.max_bytes) + eb * g.size();
   void* in_buf = memory.alloc(cap);
   void* out_buf = memory.alloc(cap);
@@ -200,7 +200,7 @@ std::vector<Row> run_sizes(const Config& cfg, ProcessGroup& g, Path& path, Memor
 
 void print_header(const Config& cfg, const ProcessGroup& g) {
   std::printf("# tandem-bench-collectives: %s, backend %s, %d ranks, dtype %s%s, %d iterations after %d warm-up\n",
-              op_str(cfg.op), g.backend_name().c_str(), g.size(), dtype_str(cfg.dtype),
+              op_str(cfg.op), g.backend_name().c_str(), g.size(), dtype_name(cfg.dtype),
               cfg.op == OpType::allreduce || cfg.op == OpType::reduce_scatter ? ", sum" : "", cfg.iters,
               cfg.warmup);
   std::printf("# busbw = algbw x %s; #wrong counts result elements that differ from the exact value%s\n",
@@ -220,7 +220,7 @@ void print_table(const Config& cfg, const std::string& title, const std::vector<
   for (const Row& r : rows) {
     const auto wrong = [](const Cell& c) { return c.wrong ? std::to_string(*c.wrong) : std::string("N/A"); };
     std::printf("  %10lld %12lld %6s  %10.2f %9.3f %9.3f %8s  %10.2f %9.3f %9.3f %8s\n",
-                static_cast<long long>(r.bytes), static_cast<long long>(r.count), dtype_str(cfg.dtype),
+                static_cast<long long>(r.bytes), static_cast<long long>(r.count), dtype_name(cfg.dtype),
                 r.out_of_place.time_us, r.out_of_place.algbw, r.out_of_place.busbw, wrong(r.out_of_place).c_str(),
                 r.in_place.time_us, r.in_place.algbw, r.in_place.busbw, wrong(r.in_place).c_str());
     busbw_sum += r.in_place.busbw;
@@ -238,7 +238,7 @@ std::string rows_json(const Config& cfg, const ProcessGroup& g, const std::vecto
                 {"wrong", c.wrong ? json(*c.wrong) : json(nullptr)}};
   };
   json out = {{"op", op_str(cfg.op)},   {"backend", g.backend_name()}, {"world_size", g.size()},
-              {"dtype", dtype_str(cfg.dtype)}, {"iters", cfg.iters},  {"warmup", cfg.warmup},
+              {"dtype", dtype_name(cfg.dtype)}, {"iters", cfg.iters},  {"warmup", cfg.warmup},
               {"rows", json::array()}};
   for (const Row& r : rows) {
     out["rows"].push_back({{"path", r.path},

@@ -27,7 +27,7 @@ class RawGloo : public Path {
   std::shared_ptr<Work> issue(const Collective& c) override {
     // Tags from the top half of the space: never equal to a group op's (its seq).
     const uint32_t tag = 0x80000000u | (next_tag_++ & 0x7fffffffu);
-    const size_t eb = element_bytes(c.dtype());
+    const size_t eb = dtype_size(c.dtype());
     switch (c.op) {
       case OpType::allreduce: {
         gloo::AllreduceOptions opts(context_);

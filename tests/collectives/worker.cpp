@@ -41,7 +41,7 @@ struct HostBuf {
   std::vector<uint64_t> storage;  // 8-byte aligned for every dtype
   DType dtype;
   int64_t count;
-  HostBuf(DType d, int64_t n) : storage((n * element_bytes(d) + 7) / 8 + 1), dtype(d), count(n) {}
+  HostBuf(DType d, int64_t n) : storage((n * dtype_size(d) + 7) / 8 + 1), dtype(d), count(n) {}
   Buffer buf() { return Buffer{storage.data(), count, dtype, Device::cpu()}; }
   double at(int64_t i) const { return load_element(dtype, storage.data(), i); }
   void set(int64_t i, double v) { store_element(dtype, storage.data(), i, v); }
@@ -69,7 +69,7 @@ void test_ops(ProcessGroup& g) {
   const int64_t per_rank = 257;  // odd: uneven chunks inside the engines
   uint64_t expected_seq = g.last_seq();
   for (DType d : dtypes) {
-    const char* dn = dtype_str(d);
+    const char* dn = dtype_name(d);
     for (bool in_place : {false, true}) {
       const char* where = in_place ? "in place" : "out of place";
       // allreduce

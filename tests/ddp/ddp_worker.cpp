@@ -18,6 +18,7 @@
 
 #include "collectives/init.h"
 #include "runtime/kernels.h"
+#include "tests/support/compare.h"
 #include "runtime/layers/activation.h"
 #include "runtime/layers/linear.h"
 #include "runtime/strategy/ddp.h"
@@ -78,19 +79,6 @@ Batch shard(const Batch& g, int rank, int world) {
   return b;
 }
 
-double max_rel_diff(Model& a, Model& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.parameters().size(); ++i) {
-    auto va = a.parameters()[i]->value.to_vector(), vb = b.parameters()[i]->value.to_vector();
-    double scale = 1e-6, diff = 0;
-    for (size_t j = 0; j < va.size(); ++j) {
-      scale = std::max(scale, static_cast<double>(std::fabs(vb[j])));
-      diff = std::max(diff, static_cast<double>(std::fabs(va[j] - vb[j])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
 
 ReducerOptions small_buckets() {
   ReducerOptions o;
@@ -122,7 +110,7 @@ double train_pair(std::shared_ptr<ProcessGroup> pg, ReducerOptions ro, int64_t p
     single.step(0.1f, t);
   }
   check(ddp->replicas_identical(), "replicas identical");
-  double d = max_rel_diff(ddp->model(), single.model());
+  double d = testing::max_relative_difference(ddp->model(), single.model());
   if (keep) *keep = std::move(ddp);
   return d;
 }
@@ -176,7 +164,7 @@ void unused(std::shared_ptr<ProcessGroup> pg) {
       single.step(0.1f, t);
     }
     check(ddp.replicas_identical(), "replicas identical with unused parameters");
-    double d = max_rel_diff(ddp.model(), single.model());
+    double d = testing::max_relative_difference(ddp.model(), single.model());
     std::printf("unused: find_unused on, max relative difference %.3g\n", d);
     check(d < 1e-5, "find_unused DDP equals single");
   }
@@ -207,7 +195,7 @@ void hooks(std::shared_ptr<ProcessGroup> pg) {
     ro.hook = kind;
     std::unique_ptr<DdpStrategy> c;
     train_pair(pg, ro, 8, 1, 3, &c);
-    double d = max_rel_diff(c->model(), f32->model());
+    double d = testing::max_relative_difference(c->model(), f32->model());
     std::printf("hooks: %s vs f32 max relative difference %.3g\n", comm_hook_str(kind), d);
     check(d < 1e-2, std::string(comm_hook_str(kind)) + " within 1e-2 of f32");
     check(d > 0, std::string(comm_hook_str(kind)) + " actually compressed");

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "runtime/kernels.h"
+#include "tests/support/compare.h"
 #include "runtime/layers/activation.h"
 #include "runtime/layers/conv2d.h"
 #include "runtime/layers/flatten.h"
@@ -45,19 +46,6 @@ Batch make_global_batch(int64_t step, int64_t rows) {
   return b;
 }
 
-double max_relative_difference(Model& a, Model& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.parameters().size(); ++i) {
-    auto va = a.parameters()[i]->value.to_vector(), vb = b.parameters()[i]->value.to_vector();
-    double scale = 1e-6, diff = 0;
-    for (size_t j = 0; j < va.size(); ++j) {
-      scale = std::max(scale, static_cast<double>(std::fabs(vb[j])));
-      diff = std::max(diff, static_cast<double>(std::fabs(va[j] - vb[j])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
 
 void expect_dp_matches_single(int devices, int64_t accum) {
   set_cpu_threads(1);
@@ -82,7 +70,7 @@ void expect_dp_matches_single(int devices, int64_t accum) {
     single.step(0.05f, t2);
     EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::fabs(b.loss)) << "step " << step;
   }
-  EXPECT_LT(max_relative_difference(dp.model(), single.model()), 1e-5);
+  EXPECT_LT(tandem::testing::max_relative_difference(dp.model(), single.model()), 1e-5);
 }
 
 }  // namespace
@@ -105,5 +93,5 @@ TEST(DataParallel, UnevenBatchIsSplitAndStillMatches) {
   dp.step(0.05f, t);
   single.forward_backward(micro, t);
   single.step(0.05f, t);
-  EXPECT_LT(max_relative_difference(dp.model(), single.model()), 1e-5);
+  EXPECT_LT(tandem::testing::max_relative_difference(dp.model(), single.model()), 1e-5);
 }
