@@ -53,6 +53,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<Work> reduce_scatter(Buffer in, Buffer out, ReduceOp op = ReduceOp::sum);
   std::shared_ptr<Work> barrier();
 
+  // Whether buffers on `device` can be passed to this group's ops (CPU backends: host
+  // memory only; nccl: its own GPU only). Callers stage through the other side if not.
+  bool takes(Device device) const { return accepts(device); }
+  // The stream device backends order their ops after (inputs) and make Work::wait()
+  // hold (outputs): the training thread's compute stream, as a cudaStream_t. CPU
+  // backends ignore it.
+  virtual void use_compute_stream(void* stream) {}
+
  protected:
   struct Setup {
     std::string backend;  // "mpi", "gloo", "nccl"

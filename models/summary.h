@@ -29,6 +29,7 @@ struct RunSummary {
   bool replicas_identical = true;
   std::vector<BucketInfo> buckets;
   double peak_rss_mb = 0;
+  std::optional<double> peak_device_memory_mb;  // CUDA runs: the caching allocator's peak
   uint64_t seed = 0;
 };
 

@@ -19,6 +19,8 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/loader.h"
 #include "runtime/cpu/blas_core.h"
+#include "runtime/allocator.h"
+#include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
 #include "collectives/init.h"
 #include "runtime/strategy/data_parallel.h"
@@ -65,6 +67,23 @@ Data load_data(const TrainConfig& c) {
   return d;
 }
 
+// --device cuda: single and dp start at GPU 0; a DDP rank takes the GPU of its LOCAL_RANK.
+Device resolve_device(const TrainConfig& c) {
+  if (c.device == "cpu") return Device::cpu();
+  const int visible = cuda_device_count();
+  if (visible == 0)
+    throw std::runtime_error("--device cuda: no CUDA GPU is visible to this process (or this build has no CUDA)");
+  int index = 0;
+  if (c.mode == "ddp") index = read_launch_env().local_rank;
+  const int needed = c.mode == "dp" ? c.devices : index + 1;
+  if (needed > visible)
+    throw std::runtime_error("--device cuda: " + std::string(c.mode == "dp" ? "--devices " : "LOCAL_RANK ") +
+                             std::to_string(c.mode == "dp" ? c.devices : index) + " needs " + std::to_string(needed) +
+                             " GPUs but " + std::to_string(visible) + " are visible");
+  cuda::set_device(index);
+  return Device::cuda(index);
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -74,7 +93,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 void run_training(const TrainConfig& c) {
   const int threads = c.mode == "dp" ? 1 : resolve_threads(c.threads);
   set_cpu_threads(threads);
-  const Device device = Device::cpu();
+  const Device device = resolve_device(c);
 
   Data data = load_data(c);
   ModelConfig mc;
@@ -118,7 +137,7 @@ void run_training(const TrainConfig& c) {
     std::vector<Device> devices;
     for (int d = 0; d < c.devices; ++d) {
       models.push_back(build_model(mc, c.seed));
-      devices.push_back(device);
+      devices.push_back(device.is_cuda() ? Device::cuda(d) : device);
     }
     strategy = std::make_unique<DataParallelStrategy>(std::move(models), oc, devices);
   } else {
@@ -311,6 +330,12 @@ void run_training(const TrainConfig& c) {
   s.replicas_identical = strategy->replicas_identical();
   s.buckets = strategy->buckets();
   s.peak_rss_mb = peak_rss_mb();
+  if (device.is_cuda()) {
+    size_t peak = 0;
+    for (int d = 0; d < (c.mode == "dp" ? c.devices : 1); ++d)
+      peak = std::max(peak, cuda::peak_allocated_bytes(c.mode == "dp" ? d : device.index));
+    s.peak_device_memory_mb = static_cast<double>(peak) / (1024.0 * 1024.0);
+  }
   s.seed = c.seed;
   spdlog::info("done: {} steps, final_train_loss {}, test_accuracy {:.4f}, {:.0f} samples/s, "
                "step {:.2f} ms (p50 {:.2f}, p90 {:.2f}), peak RSS {:.0f} MiB, checksum {}",

@@ -1,9 +1,19 @@
 // The CUDA entry points the device-agnostic runtime calls. Implemented in
 // runtime/cuda/ when built with CUDA; runtime/cuda_unavailable.cpp otherwise, where
 // each one throws a message saying the build has no CUDA (device_count() returns 0).
+//
+// Streams: every device has one compute stream (non-blocking: it never waits for the
+// legacy default stream). Every kernel, copy and cuBLAS call for that device runs on it,
+// in issue order, so device memory freed on the host can be handed to the next
+// allocation at once (stream-ordered reuse). Work on any other stream (a communication
+// stream) must be joined back into the compute stream with an event before the buffers
+// it touched are freed; ProcessGroupNCCL does so when it is given this stream through
+// set_compute_stream(static_cast<cudaStream_t>(compute_stream(device))).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "runtime/tensor.h"
 
@@ -11,11 +21,47 @@ namespace tandem {
 class Kernels;
 namespace cuda {
 
+// Visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
 int device_count();
 void* alloc(size_t bytes, int device);
 void free(void* ptr, size_t bytes, int device);
+// Host<->device copies return when the host buffer may be reused (device->host: when the
+// data has arrived); device->device copies are ordered on the streams, not waited for.
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 Kernels& kernels(int device);
+
+// --- streams and devices -----------------------------------------------------------
+// The device's compute stream, as a cudaStream_t (void* keeps CUDA headers out of here).
+void* compute_stream(int device);
+// Waits for everything issued on the device's compute stream; reports a kernel-detected
+// argument error (a label outside [0, C)) as std::invalid_argument.
+void synchronize(int device);
+// Makes `device` current for the calling thread (cudaSetDevice); a DDP rank calls it with
+// its LOCAL_RANK before creating anything on the GPU. Throws naming the visible count.
+void set_device(int device);
+// "NVIDIA H200 (sm_90, 139.8 GiB)"
+std::string device_name(int device);
+
+// --- memory (the caching allocator) ------------------------------------------------
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // live blocks handed out (rounded sizes)
+  size_t peak_allocated_bytes = 0;  // maximum of allocated_bytes since start or reset
+  size_t reserved_bytes = 0;        // obtained from cudaMalloc, live or cached
+  uint64_t device_mallocs = 0;      // cudaMalloc calls so far (flat after warm-up)
+  uint64_t cache_hits = 0;          // allocations served from the cache
+  uint64_t pinned_host_allocs = 0;  // cudaHostAlloc calls by the H2D staging buffers
+};
+MemoryStats memory_stats(int device);
+size_t peak_allocated_bytes(int device);
+void reset_peak_memory(int device);
+// Returns cached, unused blocks to the driver (after synchronising the device).
+void empty_cache(int device);
+
+// --- pinned host memory ------------------------------------------------------------
+// Page-locked host memory (cudaHostAlloc, portable across devices), for staging
+// device buffers through the host (the mpi backend with CUDA tensors).
+void* alloc_pinned_host(size_t bytes);
+void free_pinned_host(void* ptr);
 
 }  // namespace cuda
 }  // namespace tandem

@@ -17,4 +17,17 @@ void free(void*, size_t, int) {}
 void copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
 Kernels& kernels(int) { no_cuda(); }
 
+void* compute_stream(int) { no_cuda(); }
+void synchronize(int) { no_cuda(); }
+void set_device(int) { no_cuda(); }
+std::string device_name(int) { no_cuda(); }
+
+MemoryStats memory_stats(int) { no_cuda(); }
+size_t peak_allocated_bytes(int) { no_cuda(); }
+void reset_peak_memory(int) { no_cuda(); }
+void empty_cache(int) { no_cuda(); }
+
+void* alloc_pinned_host(size_t) { no_cuda(); }
+void free_pinned_host(void*) {}
+
 }  // namespace tandem::cuda

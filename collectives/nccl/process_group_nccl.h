@@ -69,6 +69,7 @@ class ProcessGroupNCCL : public ProcessGroup {
   // The stream collectives wait for (inputs) and that Work::wait() makes wait
   // (outputs). Defaults to the legacy default stream.
   void set_compute_stream(cudaStream_t stream) { compute_stream_ = stream; }
+  void use_compute_stream(void* stream) override { set_compute_stream(static_cast<cudaStream_t>(stream)); }
   cudaStream_t comm_stream() const { return shared_->stream; }
 
  protected:

@@ -3,7 +3,10 @@
 
 #include <stdexcept>
 
+#include "runtime/allocator.h"
+#include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
+#include "runtime/strategy/host_collectives.h"
 
 namespace tandem {
 
@@ -23,7 +26,6 @@ const char* comm_hook_str(CommHookKind kind) {
   return "?";
 }
 
-static Buffer buffer_of(const Tensor& t) { return Buffer{t.raw(), t.numel(), t.dtype(), t.device()}; }
 
 namespace {
 
@@ -61,9 +63,35 @@ class CompressHook final : public CommHook {
   Tensor half_;
 };
 
+class StagedAverageHook final : public CommHook {
+ public:
+  explicit StagedAverageHook(const Tensor& flat) : bytes_(flat.nbytes()), count_(flat.numel()) {
+    host_ = static_cast<float*>(cuda::alloc_pinned_host(bytes_));
+  }
+  ~StagedAverageHook() override { cuda::free_pinned_host(host_); }
+  std::shared_ptr<Work> launch(ProcessGroup& group, Tensor& flat) override {
+    // Device-to-host copies return once the data has arrived (runtime/cuda_device.h).
+    device_copy(host_, Device::cpu(), flat.raw(), flat.device(), bytes_);
+    return group.allreduce(cpu_buffer(host_, count_), ReduceOp::avg);
+  }
+  void finish(Tensor& flat) override { device_copy(flat.raw(), flat.device(), host_, Device::cpu(), bytes_); }
+
+ private:
+  size_t bytes_;
+  int64_t count_;
+  float* host_ = nullptr;
+};
+
 }  // namespace
 
-std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind, const Tensor& flat) {
+std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind, const Tensor& flat, bool direct) {
+  if (!direct) {
+    if (kind != CommHookKind::none)
+      throw std::invalid_argument(std::string("--comm-hook ") + comm_hook_str(kind) +
+                                  " needs a backend that reduces device buffers directly (nccl); this "
+                                  "group stages GPU buckets through host memory");
+    return std::make_unique<StagedAverageHook>(flat);
+  }
   switch (kind) {
     case CommHookKind::none: return std::make_unique<AverageHook>();
     case CommHookKind::fp16: return std::make_unique<CompressHook>(DType::f16, flat);

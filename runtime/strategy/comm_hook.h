@@ -2,6 +2,8 @@
 //   none:  all-reduce with average, in place, in f32.
 //   fp16 / bf16: divide by the world size, cast to 16 bits, all-reduce sum, cast back
 //          (PyTorch's fp16_compress_hook order: dividing first keeps sums in range).
+//   staged: a GPU bucket over a host backend (mpi, gloo): copy to pinned host memory,
+//          all-reduce average there, copy back.
 // A hook is per bucket, so its compressed buffer is allocated once.
 #pragma once
 
@@ -26,6 +28,9 @@ class CommHook {
   virtual void finish(Tensor& flat) = 0;
 };
 
-std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind, const Tensor& flat);
+// `direct`: the group takes `flat`'s device. Otherwise (CUDA tensors over mpi or gloo)
+// the bucket is staged through pinned host memory: copied down, reduced on the host,
+// copied back in finish(); compression hooks need a direct backend (nccl on a GPU).
+std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind, const Tensor& flat, bool direct = true);
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
 #include "runtime/strategy/single.h"
 #include "runtime/timer.h"
@@ -63,6 +64,7 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     std::vector<Tensor> outputs(n);
     // 3: forward in parallel.
     pool_.run_all([&](int r) {
+      if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
       Shape s = sample_shape;
       s.insert(s.begin(), begin[r + 1] - begin[r]);
       Tensor x = batch.images.view(begin[r] * per_sample, s);
@@ -79,6 +81,7 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     times.forward_ms += sw.lap_ms();
     // 5-6: output gradients to every replica, backward in parallel.
     pool_.run_all([&](int r) {
+      if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
       Tensor dy = dlogits.view(begin[r] * classes, outputs[r].shape());
       if (dy.device() != devices_[r]) dy = dy.to(devices_[r]);
       if (r > 0) replicas_[r]->zero_grad();

@@ -6,7 +6,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
+#include "runtime/strategy/host_collectives.h"
 #include "runtime/strategy/single.h"
 #include "runtime/timer.h"
 
@@ -31,6 +33,7 @@ DdpStrategy::DdpStrategy(std::unique_ptr<Model> model, const OptimizerConfig& op
   if (!group_) throw std::invalid_argument("DDP needs a process group");
   model_->to(device_);
   model_->set_tracer(tracer_);
+  if (device_.is_cuda()) group_->use_compute_stream(cuda::compute_stream(device_.index));
   check_parameters_match();
   broadcast_parameters();
   reducer_ = std::make_unique<Reducer>(model_->parameters(), group_, reducer_options, tracer_);
@@ -45,12 +48,12 @@ void DdpStrategy::check_parameters_match() {
   const auto& params = model_->parameters();
   std::vector<int64_t> counts(world);
   counts[group_->rank()] = static_cast<int64_t>(params.size());
-  group_->allgather(cpu_buffer(counts.data(), world))->synchronize(group_->timeout());
+  host_allgather(*group_, cpu_buffer(counts.data(), world), device_, group_->timeout());
   int64_t max_count = *std::max_element(counts.begin(), counts.end());
   std::vector<int64_t> sigs(static_cast<size_t>(max_count) * world, 0);
   for (size_t i = 0; i < params.size(); ++i)
     sigs[group_->rank() * max_count + i] = static_cast<int64_t>(parameter_signature(*params[i]));
-  group_->allgather(cpu_buffer(sigs.data(), static_cast<int64_t>(sigs.size())))->synchronize(group_->timeout());
+  host_allgather(*group_, cpu_buffer(sigs.data(), static_cast<int64_t>(sigs.size())), device_, group_->timeout());
   for (int64_t i = 0; i < max_count; ++i) {
     std::vector<int> differ;
     for (int r = 1; r < world; ++r)
@@ -71,9 +74,7 @@ void DdpStrategy::check_parameters_match() {
 }
 
 void DdpStrategy::broadcast_parameters() {
-  for (Parameter* p : model_->parameters())
-    group_->broadcast(Buffer{p->value.raw(), p->value.numel(), p->value.dtype(), p->value.device()}, 0)
-        ->synchronize(group_->timeout());
+  for (Parameter* p : model_->parameters()) tensor_broadcast(*group_, p->value, 0, group_->timeout());
 }
 
 StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
@@ -114,7 +115,7 @@ EvalResult DdpStrategy::evaluate(DataLoader& loader) {
 
 double DdpStrategy::global_loss(double local_loss) {
   float v = static_cast<float>(local_loss);
-  group_->allreduce(cpu_buffer(&v, 1), ReduceOp::avg)->synchronize(group_->timeout());
+  host_allreduce(*group_, cpu_buffer(&v, 1), ReduceOp::avg, device_, group_->timeout());
   return v;
 }
 
@@ -122,7 +123,7 @@ bool DdpStrategy::replicas_identical() {
   const int world = group_->size();
   std::vector<int64_t> sums(world);
   sums[group_->rank()] = static_cast<int64_t>(std::strtoull(parameter_checksum(*model_).c_str(), nullptr, 16));
-  group_->allgather(cpu_buffer(sums.data(), world))->synchronize(group_->timeout());
+  host_allgather(*group_, cpu_buffer(sums.data(), world), device_, group_->timeout());
   for (int r = 1; r < world; ++r)
     if (sums[r] != sums[0]) return false;
   return true;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "runtime/kernels.h"
+#include "runtime/strategy/host_collectives.h"
 
 namespace tandem {
 
@@ -80,7 +81,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       if (p.grad.defined()) view.copy_from(p.grad);
       p.grad = view;
     }
-    bucket.hook = make_comm_hook(options_.hook, bucket.flat);
+    bucket.hook = make_comm_hook(options_.hook, bucket.flat, group_->takes(bucket.flat.device()));
     bucket.pending = bucket.params.size();
   }
   buckets_ = std::move(buckets);
@@ -156,7 +157,9 @@ void Reducer::finalize_backward(PhaseTimes& times) {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     if (!b.work) continue;
-    b.work->synchronize(options_.timeout);
+    // CPU backends: blocks until reduced. nccl: makes the compute stream wait for the
+    // communication stream; the host goes on (no host synchronisation inside a step).
+    b.work->wait(options_.timeout);
     auto done = Tracer::Clock::now();
     b.hook->finish(b.flat);
     if (!any || b.launched_at < first_launch) first_launch = b.launched_at;
@@ -188,7 +191,8 @@ void Reducer::rebuild_from_rank0_order() {
   for (size_t idx = params_.size(); idx-- > 0;)
     if (!seen[idx]) order[n++] = static_cast<int64_t>(idx);
   if (options_.communicate && group_->size() > 1)
-    group_->broadcast(cpu_buffer(order.data(), static_cast<int64_t>(order.size())), 0)->synchronize(options_.timeout);
+    host_broadcast(*group_, cpu_buffer(order.data(), static_cast<int64_t>(order.size())), 0,
+                   params_.front()->value.device(), options_.timeout);
   std::vector<size_t> as_size(order.begin(), order.end());
   for (size_t idx : as_size)
     if (idx >= params_.size()) throw std::runtime_error("DDP: rank 0 sent an invalid bucket order");

@@ -13,6 +13,7 @@ expect 2 "--optimizer" -- "$T" --optimizer rmsprop
 expect 2 "--data" -- "$T" --data cifar
 expect 2 "--mode" -- "$T" --mode hybrid
 expect 2 "--devices needs --mode dp" -- "$T" --devices 2
-expect 2 "not built yet" -- "$T" --device cuda
+expect 1 "no CUDA GPU is visible" -- "$T" --device cuda --data synthetic --synthetic-train 256 --max-steps 1
+expect 2 "--backend nccl needs --device cuda" -- "$T" --mode ddp --backend nccl
 expect 0 "--batch-size" -- "$T" --help
 finish
