@@ -277,8 +277,10 @@ void run_training(const TrainConfig& c) {
       const double sps = static_cast<double>(epoch_steps * global_batch) / (epoch_ms / 1000.0);
       bar.update(epoch_steps, out.loss, sps);
       if (!tty && step % c.log_every == 0)
-        spdlog::info("step {}/{} loss {:.4f} lr {:.5f} {:.0f} samples/s", step, total_steps, out.loss,
-                     schedule.at(step - 1), sps);
+        spdlog::info("step {}/{} loss {:.4f} lr {:.5f} {:.0f} samples/s | step {:.2f} ms: forward {:.2f} "
+                     "backward {:.2f} comm {:.2f} exposed {:.2f} optimizer {:.2f}",
+                     step, total_steps, out.loss, schedule.at(step - 1), sps, ms, phases.forward_ms,
+                     phases.backward_ms, phases.comm_ms, phases.exposed_comm_ms, phases.optimizer_ms);
       if (c.save_every > 0 && step % c.save_every == 0) save();
       if (c.eval_every > 0 && step % c.eval_every == 0) {
         bar.finish();
