@@ -67,14 +67,20 @@ Data load_data(const TrainConfig& c) {
   return d;
 }
 
-// --device cuda: single and dp start at GPU 0; a DDP rank takes the GPU of its LOCAL_RANK.
+// --device cuda: single and dp start at GPU 0; a DDP rank takes the GPU of its LOCAL_RANK
+// (modulo the visible GPUs for the host-staged backends).
 Device resolve_device(const TrainConfig& c) {
   if (c.device == "cpu") return Device::cpu();
   const int visible = cuda_device_count();
   if (visible == 0)
     throw std::runtime_error("--device cuda: no CUDA GPU is visible to this process (or this build has no CUDA)");
   int index = 0;
-  if (c.mode == "ddp") index = read_launch_env().local_rank;
+  if (c.mode == "ddp") {
+    index = read_launch_env().local_rank;
+    // Host-staged backends (mpi, gloo) let several ranks share a GPU: wrap around. NCCL
+    // needs one GPU per rank, so a LOCAL_RANK past the visible count is an error below.
+    if (c.backend == "mpi" || c.backend == "gloo") index %= visible;
+  }
   const int needed = c.mode == "dp" ? c.devices : index + 1;
   if (needed > visible)
     throw std::runtime_error("--device cuda: " + std::string(c.mode == "dp" ? "--devices " : "LOCAL_RANK ") +

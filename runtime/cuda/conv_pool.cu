@@ -1,0 +1,126 @@
+// Convolution's column transforms (im2col forward, col2im_acc backward) and max pooling
+// (forward, backward), side by side.
+// Invariant: col row (ch, ki, kj), column (oy, ox) holds img[ch, oy*s-pad+ki, ox*s-pad+kj]
+// (0 outside), as on the CPU. col2im_acc gathers per image pixel, adding its (ki, kj)
+// contributions in the CPU's order, so it needs no atomics and matches the CPU bit for
+// bit. maxpool's argmax is the flat h*W+w index of the first maximum of its window.
+#include "runtime/cuda/launch.h"
+#include "runtime/cuda/launch_common.cuh"
+
+namespace tandem::cuda::launch {
+
+namespace {
+
+// --- im2col / col2im -------------------------------------------------------------------
+// col (C*KH*KW, OH*OW) <- img (C, H, W)
+__global__ void im2col_kernel(float* __restrict__ col, const float* __restrict__ img, int64_t c, int64_t h,
+                              int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
+                              int64_t ow) {
+  const int64_t ohw = oh * ow;
+  TANDEM_GRID_STRIDE_LOOP(idx, c * kh * kw * ohw) {
+    const int64_t row = idx / ohw, pos = idx - row * ohw;
+    const int64_t oy = pos / ow, ox = pos - oy * ow;
+    const int64_t kj = row % kw, ki = (row / kw) % kh, ch = row / (kw * kh);
+    const int64_t iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
+    col[idx] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? img[(ch * h + iy) * w + ix] : 0.f;
+  }
+}
+
+// img (C, H, W) += col (C*KH*KW, OH*OW), one thread per image pixel.
+__global__ void col2im_acc_kernel(float* __restrict__ img, const float* __restrict__ col, int64_t c, int64_t h,
+                                  int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
+                                  int64_t ow) {
+  const int64_t ohw = oh * ow;
+  TANDEM_GRID_STRIDE_LOOP(idx, c * h * w) {
+    const int64_t x = idx % w, y = (idx / w) % h, ch = idx / (h * w);
+    float acc = img[idx];
+    for (int64_t ki = 0; ki < kh; ++ki) {
+      const int64_t ty = y + pad - ki;  // = oy * stride for the output row that reads (y, x)
+      if (ty < 0 || ty % stride != 0 || ty / stride >= oh) continue;
+      const int64_t oy = ty / stride;
+      for (int64_t kj = 0; kj < kw; ++kj) {
+        const int64_t tx = x + pad - kj;
+        if (tx < 0 || tx % stride != 0 || tx / stride >= ow) continue;
+        acc += col[((ch * kh + ki) * kw + kj) * ohw + oy * ow + tx / stride];
+      }
+    }
+    img[idx] = acc;
+  }
+}
+
+// --- max pooling -----------------------------------------------------------------------
+// y, argmax (planes, OH, OW) <- x (planes, H, W)
+__global__ void maxpool_forward_kernel(float* __restrict__ y, int32_t* __restrict__ argmax,
+                                       const float* __restrict__ x, int64_t planes, int64_t h, int64_t w, int64_t k,
+                                       int64_t stride, int64_t oh, int64_t ow) {
+  const int64_t ohw = oh * ow;
+  TANDEM_GRID_STRIDE_LOOP(idx, planes * ohw) {
+    const int64_t p = idx / ohw, pos = idx - p * ohw;
+    const int64_t oy = pos / ow, ox = pos - oy * ow;
+    const float* plane = x + p * h * w;
+    const int64_t origin = oy * stride * w + ox * stride;
+    float best = plane[origin];
+    int64_t best_idx = origin;
+    for (int64_t ki = 0; ki < k; ++ki)
+      for (int64_t kj = 0; kj < k; ++kj) {
+        const int64_t i = origin + ki * w + kj;
+        const float v = plane[i];
+        // Strictly greater: the first maximum wins; a NaN wins (once) and propagates.
+        const bool take = v > best || (v != v && best == best);
+        best = take ? v : best;
+        best_idx = take ? i : best_idx;
+      }
+    y[idx] = best;
+    argmax[idx] = static_cast<int32_t>(best_idx);
+  }
+}
+
+// dx (planes, H, W) += dy routed to each window's argmax (dx zeroed first by the launcher).
+// Windows that do not overlap give each input at most one addend: exact. Overlapping
+// windows (stride < k) may share a maximum; their adds then land in any order.
+__global__ void maxpool_backward_kernel(float* __restrict__ dx, const float* __restrict__ dy,
+                                        const int32_t* __restrict__ argmax, int64_t planes, int64_t hw,
+                                        int64_t ohw) {
+  TANDEM_GRID_STRIDE_LOOP(idx, planes * ohw) {
+    const int64_t p = idx / ohw;
+    atomicAdd(dx + p * hw + argmax[idx], dy[idx]);
+  }
+}
+
+}  // namespace
+
+void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
+            int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
+  const int64_t n = c * kh * kw * oh * ow;
+  if (n <= 0) return;
+  im2col_kernel<<<blocks_for(n), kThreads, 0, stream>>>(col, img, c, h, w, kh, kw, stride, pad, oh, ow);
+  TANDEM_CUDA_CHECK_LAUNCH(im2col_kernel);
+}
+
+void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
+  const int64_t n = c * h * w;
+  if (n <= 0 || oh <= 0 || ow <= 0) return;
+  col2im_acc_kernel<<<blocks_for(n), kThreads, 0, stream>>>(img, col, c, h, w, kh, kw, stride, pad, oh, ow);
+  TANDEM_CUDA_CHECK_LAUNCH(col2im_acc_kernel);
+}
+
+void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w, int64_t k,
+                     int64_t stride, int64_t oh, int64_t ow, cudaStream_t stream) {
+  const int64_t n = planes * oh * ow;
+  if (n <= 0) return;
+  maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, argmax, x, planes, h, w, k, stride, oh, ow);
+  TANDEM_CUDA_CHECK_LAUNCH(maxpool_forward_kernel);
+}
+
+void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t planes, int64_t h, int64_t w,
+                      int64_t oh, int64_t ow, cudaStream_t stream) {
+  if (planes * h * w <= 0) return;
+  TANDEM_CUDA_CHECK(cudaMemsetAsync(dx, 0, static_cast<size_t>(planes * h * w) * sizeof(float), stream), -1);
+  const int64_t n = planes * oh * ow;
+  if (n <= 0) return;
+  maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dx, dy, argmax, planes, h * w, oh * ow);
+  TANDEM_CUDA_CHECK_LAUNCH(maxpool_backward_kernel);
+}
+
+}  // namespace tandem::cuda::launch

@@ -1,0 +1,139 @@
+// The entry points of runtime/cuda_device.h for a CUDA build: device discovery, the
+// caching allocator, copies between host and devices, streams and memory statistics.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda_device.h"
+
+namespace tandem::cuda {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: not an error for a CPU run
+    return 0;
+  }
+  return n;
+}
+
+void* alloc(size_t bytes, int device) {
+  if (bytes == 0) return nullptr;
+  return context(device).allocator.allocate(bytes);
+}
+
+void free(void* ptr, size_t, int device) {
+  if (!ptr) return;
+  try {
+    context(device).allocator.release(ptr);
+  } catch (...) {
+    // Only reachable for a device that never allocated: nothing to return.
+  }
+}
+
+namespace {
+
+// dst on dst_dev's stream receives src from src_dev: each stream waits for the other's
+// work up to the copy, so neither side can reuse the memory too early (the caching
+// allocator's stream-ordered reuse relies on it).
+void peer_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  DeviceContext& d = context(dst_dev);
+  DeviceContext& s = context(src_dev);
+  cudaEvent_t src_ready = nullptr, copied = nullptr;
+  ensure_current(src_dev);
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&src_ready, cudaEventDisableTiming), src_dev);
+  TANDEM_CUDA_CHECK(cudaEventRecord(src_ready, s.stream), src_dev);
+  ensure_current(dst_dev);
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), dst_dev);
+  TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d.stream, src_ready, 0), dst_dev);
+  TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, d.stream), dst_dev);
+  TANDEM_CUDA_CHECK(cudaEventRecord(copied, d.stream), dst_dev);
+  ensure_current(src_dev);
+  TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s.stream, copied, 0), src_dev);
+  // Destroying a recorded event is legal; its resources go when it completes.
+  cudaEventDestroy(src_ready);
+  cudaEventDestroy(copied);
+}
+
+}  // namespace
+
+void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cuda() && src_device.is_cpu()) {
+    DeviceContext& c = context(dst_device.index);
+    ensure_current(c.device);
+    c.staging.host_to_device(dst, src, bytes, c.stream);
+  } else if (dst_device.is_cpu() && src_device.is_cuda()) {
+    context(src_device.index).download(dst, src, bytes);
+  } else if (dst_device.is_cuda() && src_device.is_cuda()) {
+    if (dst_device.index == src_device.index) {
+      DeviceContext& c = context(dst_device.index);
+      ensure_current(c.device);
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c.stream), c.device);
+    } else {
+      peer_copy(dst, dst_device.index, src, src_device.index, bytes);
+    }
+  } else {
+    throw std::logic_error("cuda::copy called for a host-to-host copy");
+  }
+}
+
+Kernels& kernels(int device) { return *context(device).kernels; }
+
+void* compute_stream(int device) { return context(device).stream; }
+
+void synchronize(int device) {
+  DeviceContext& c = context(device);
+  ensure_current(c.device);
+  c.synchronize();
+}
+
+void set_device(int device) {
+  const int count = device_count();
+  if (device < 0 || device >= count)
+    throw std::invalid_argument("cannot use cuda:" + std::to_string(device) + ": " +
+                                (count == 0 ? std::string("no CUDA device is visible")
+                                            : std::to_string(count) + " CUDA device(s) are visible") +
+                                " (a DDP rank uses the GPU of its LOCAL_RANK; start at most one rank per GPU "
+                                "per node, or set CUDA_VISIBLE_DEVICES)");
+  TANDEM_CUDA_CHECK(cudaSetDevice(device), device);
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp p{};
+  TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&p, device), device);
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+                static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+MemoryStats memory_stats(int device) { return context(device).allocator.stats(); }
+
+size_t peak_allocated_bytes(int device) { return memory_stats(device).peak_allocated_bytes; }
+
+void reset_peak_memory(int device) { context(device).allocator.reset_peak(); }
+
+void empty_cache(int device) {
+  DeviceContext& c = context(device);
+  ensure_current(c.device);
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize(), c.device);
+  c.allocator.release_cached();
+}
+
+void* alloc_pinned_host(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  TANDEM_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), -1);
+  return p;
+}
+
+void free_pinned_host(void* ptr) {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,293 @@
+// CudaKernels: argument handling on the host, then one cuBLAS call or launcher per method.
+// Scalars that the CPU kernels derive on the host (dropout's keep scale, AdamW's bias
+// corrections) are derived here with the same expressions, so both devices feed their
+// kernels identical floats.
+#include "runtime/cuda/cuda_kernels.h"
+
+#include <climits>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/launch.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+int blas_dim(int64_t v, const char* what) {
+  if (v < 0 || v > INT_MAX)
+    throw std::invalid_argument(std::string("gemm: ") + what + " = " + std::to_string(v) +
+                                " is outside the cuBLAS integer range");
+  return static_cast<int>(v);
+}
+
+// Device scratch for one call, back to the cache when the call returns: the kernels that
+// use it are queued on the compute stream ahead of any later user of the block.
+class Scratch {
+ public:
+  Scratch(CachingAllocator& allocator, size_t bytes)
+      : allocator_(allocator), ptr_(bytes ? allocator.allocate(bytes) : nullptr) {}
+  ~Scratch() { allocator_.release(ptr_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  CachingAllocator& allocator_;
+  void* ptr_;
+};
+
+}  // namespace
+
+Device CudaKernels::device() const { return Device::cuda(ctx_.device); }
+
+// --- dense algebra -----------------------------------------------------------------
+
+void CudaKernels::gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
+                       bool trans_b, float alpha, float beta) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // cuBLAS rejects a zero leading dimension; the product is empty, C = beta*C
+    if (beta == 0.f)
+      fill(C, M * N, 0.f);
+    else if (beta != 1.f)
+      scale(C, M * N, beta);
+    return;
+  }
+  const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K");
+  ensure_current(ctx_.device);
+  // cuBLAS is column-major: a row-major (R, C) matrix is its column-major transpose. So
+  // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands,
+  // keep each one's transpose flag. Leading dimensions are the row-major row lengths.
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  TANDEM_CUBLAS_CHECK(cublasSgemm(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  n, m, k, &alpha, B, ldb, A, lda, &beta, C, n),
+                      ctx_.device);
+}
+
+// --- elementwise -------------------------------------------------------------------
+
+void CudaKernels::fill(float* x, int64_t n, float value) {
+  ensure_current(ctx_.device);
+  launch::fill(x, n, value, ctx_.stream);
+}
+
+void CudaKernels::copy(float* dst, const float* src, int64_t n) {
+  if (dst == src || n <= 0) return;
+  ensure_current(ctx_.device);
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  const bool overlap = dst < src + n && src < dst + n;
+  if (!overlap) {
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.stream), ctx_.device);
+    return;
+  }
+  // memmove semantics, as the CPU kernel: through a temporary block.
+  Scratch tmp(ctx_.allocator, bytes);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(tmp.as<float>(), src, bytes, cudaMemcpyDeviceToDevice, ctx_.stream), ctx_.device);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, tmp.as<float>(), bytes, cudaMemcpyDeviceToDevice, ctx_.stream), ctx_.device);
+}
+
+void CudaKernels::scale(float* x, int64_t n, float alpha) {
+  ensure_current(ctx_.device);
+  launch::scale(x, n, alpha, ctx_.stream);
+}
+
+void CudaKernels::axpy(float* y, const float* x, int64_t n, float alpha) {
+  ensure_current(ctx_.device);
+  launch::axpy(y, x, n, alpha, ctx_.stream);
+}
+
+void CudaKernels::add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
+  ensure_current(ctx_.device);
+  launch::add_bias_rows(y, bias, rows, cols, ctx_.stream);
+}
+
+void CudaKernels::sum_rows_acc(float* out, const float* x, int64_t rows, int64_t cols) {
+  ensure_current(ctx_.device);
+  Scratch partial(ctx_.allocator, launch::sum_rows_scratch(rows, cols) * sizeof(float));
+  launch::sum_rows_acc(out, x, rows, cols, partial.as<float>(), ctx_.stream);
+}
+
+void CudaKernels::add_bias_channels(float* y, const float* bias, int64_t n, int64_t c, int64_t hw) {
+  ensure_current(ctx_.device);
+  launch::add_bias_channels(y, bias, n, c, hw, ctx_.stream);
+}
+
+void CudaKernels::sum_channels_acc(float* out, const float* x, int64_t n, int64_t c, int64_t hw) {
+  ensure_current(ctx_.device);
+  Scratch partial(ctx_.allocator, launch::sum_channels_scratch(n, c, hw) * sizeof(float));
+  launch::sum_channels_acc(out, x, n, c, hw, partial.as<float>(), ctx_.stream);
+}
+
+void CudaKernels::relu_forward(float* y, const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::relu_forward(y, x, n, ctx_.stream);
+}
+
+void CudaKernels::relu_backward(float* dx, const float* dy, const float* y, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::relu_backward(dx, dy, y, n, ctx_.stream);
+}
+
+void CudaKernels::gelu_forward(float* y, const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::gelu_forward(y, x, n, ctx_.stream);
+}
+
+void CudaKernels::gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::gelu_backward(dx, dy, x, n, ctx_.stream);
+}
+
+void CudaKernels::dropout_forward(float* y, float* mask, const float* x, int64_t n, float p, uint64_t seed) {
+  ensure_current(ctx_.device);
+  const float keep_scale = p < 1.f ? 1.f / (1.f - p) : 0.f;  // as the CPU kernel: p == 1 drops all
+  launch::dropout_forward(y, mask, x, n, p, keep_scale, seed, ctx_.stream);
+}
+
+void CudaKernels::mul(float* y, const float* a, const float* b, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::mul(y, a, b, n, ctx_.stream);
+}
+
+// --- convolution and pooling ---------------------------------------------------------
+
+void CudaKernels::im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                         int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
+  ensure_current(ctx_.device);
+  launch::im2col(col, img, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
+}
+
+void CudaKernels::col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                             int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
+  ensure_current(ctx_.device);
+  launch::col2im_acc(img, col, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
+}
+
+void CudaKernels::maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w,
+                                  int64_t k, int64_t stride, int64_t oh, int64_t ow) {
+  if (h * w > INT32_MAX) throw std::invalid_argument("maxpool_forward: plane too large for i32 argmax");
+  ensure_current(ctx_.device);
+  launch::maxpool_forward(y, argmax, x, planes, h, w, k, stride, oh, ow, ctx_.stream);
+}
+
+void CudaKernels::maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t planes, int64_t h,
+                                   int64_t w, int64_t oh, int64_t ow) {
+  ensure_current(ctx_.device);
+  launch::maxpool_backward(dx, dy, argmax, planes, h, w, oh, ow, ctx_.stream);
+}
+
+// --- normalisation and loss ----------------------------------------------------------
+
+void CudaKernels::layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                                    const float* beta, int64_t rows, int64_t cols, float eps) {
+  ensure_current(ctx_.device);
+  launch::layernorm_forward(y, mean, rstd, x, gamma, beta, rows, cols, eps, ctx_.stream);
+}
+
+void CudaKernels::layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                     const float* gamma, const float* mean, const float* rstd, int64_t rows,
+                                     int64_t cols) {
+  ensure_current(ctx_.device);
+  Scratch partial(ctx_.allocator, launch::layernorm_backward_scratch(rows, cols) * sizeof(float));
+  launch::layernorm_backward(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols, partial.as<float>(),
+                             ctx_.stream);
+}
+
+void CudaKernels::softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels,
+                                       int64_t rows, int64_t classes) {
+  ensure_current(ctx_.device);
+  launch::softmax_xent_forward(probs, losses, logits, labels, rows, classes, ctx_.error_device, ctx_.stream);
+  // A bad label cannot throw from the kernel: its record follows the kernel to the host,
+  // and the next synchronisation (the loss's sum(), at the latest) throws it.
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ctx_.error_host, ctx_.error_device, sizeof(launch::DeviceError),
+                                    cudaMemcpyDeviceToHost, ctx_.stream),
+                    ctx_.device);
+}
+
+void CudaKernels::softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
+                                        int64_t classes, float scale) {
+  ensure_current(ctx_.device);
+  launch::softmax_xent_backward(dlogits, probs, labels, rows, classes, scale, ctx_.stream);
+}
+
+int64_t CudaKernels::count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) {
+  ensure_current(ctx_.device);
+  Scratch result(ctx_.allocator, sizeof(int64_t));
+  launch::count_correct(result.as<int64_t>(), logits, labels, rows, classes, ctx_.stream);
+  std::lock_guard<std::mutex> lock(ctx_.scalar_mutex);
+  ctx_.download(ctx_.host_scalars, result.as<int64_t>(), sizeof(int64_t));
+  return *static_cast<const int64_t*>(ctx_.host_scalars);
+}
+
+double CudaKernels::sum(const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  Scratch scratch(ctx_.allocator, (launch::sum_scratch(n) + 1) * sizeof(double));
+  double* result = scratch.as<double>();
+  launch::sum(result, x, n, result + 1, ctx_.stream);
+  std::lock_guard<std::mutex> lock(ctx_.scalar_mutex);
+  ctx_.download(ctx_.host_scalars, result, sizeof(double));
+  return *static_cast<const double*>(ctx_.host_scalars);
+}
+
+// --- optimizers ----------------------------------------------------------------------
+
+void CudaKernels::sgd_update(float* param, float* momentum_buf, const float* grad, int64_t n, float lr,
+                             float momentum, float weight_decay, bool nesterov, bool first_step) {
+  if (momentum != 0.f && momentum_buf == nullptr)
+    throw std::invalid_argument("sgd_update: momentum != 0 needs a buffer");
+  ensure_current(ctx_.device);
+  launch::sgd_update(param, momentum_buf, grad, n, lr, momentum, weight_decay, nesterov, first_step, ctx_.stream);
+}
+
+void CudaKernels::adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+                               float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+  if (step < 1) throw std::invalid_argument("adamw_update: step counts from 1, got " + std::to_string(step));
+  // The CPU kernel's host arithmetic, expression for expression (torch.optim.AdamW's
+  // single-tensor path: bias corrections in double, rounded to float where they meet tensors).
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  launch::AdamWScalars s;
+  s.step_size = static_cast<float>(static_cast<double>(lr) / bc1);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  s.decay = 1.f - lr * weight_decay;
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.one_minus_beta1 = 1.f - beta1;
+  s.one_minus_beta2 = 1.f - beta2;
+  s.eps = eps;
+  ensure_current(ctx_.device);
+  launch::adamw_update(param, m, v, grad, n, s, ctx_.stream);
+}
+
+// --- dtype conversion ----------------------------------------------------------------
+
+void CudaKernels::f32_to_f16(uint16_t* dst, const float* src, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::f32_to_f16(dst, src, n, ctx_.stream);
+}
+
+void CudaKernels::f16_to_f32(float* dst, const uint16_t* src, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::f16_to_f32(dst, src, n, ctx_.stream);
+}
+
+void CudaKernels::f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::f32_to_bf16(dst, src, n, ctx_.stream);
+}
+
+void CudaKernels::bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::bf16_to_f32(dst, src, n, ctx_.stream);
+}
+
+void CudaKernels::synchronize() { ctx_.synchronize(); }
+
+}  // namespace tandem::cuda

@@ -1,0 +1,75 @@
+// The CUDA implementation of Kernels (runtime/kernels.h): cuBLAS for GEMM, the launchers
+// of launch.h for everything else, all on the device's compute stream.
+// Invariant: every method follows kernels.h exactly (outputs first; *_acc adds, the rest
+// overwrite), matches the CPU kernel's semantics (tests/gpu compares them one by one),
+// makes its device current on the calling thread, and never synchronises except where
+// a value must reach the host (sum, count_correct, synchronize).
+#pragma once
+
+#include "runtime/kernels.h"
+
+namespace tandem::cuda {
+
+struct DeviceContext;
+
+class CudaKernels final : public Kernels {
+ public:
+  explicit CudaKernels(DeviceContext& ctx) : ctx_(ctx) {}
+  Device device() const override;
+
+  void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
+            bool trans_b, float alpha, float beta) override;
+
+  void fill(float* x, int64_t n, float value) override;
+  void copy(float* dst, const float* src, int64_t n) override;
+  void scale(float* x, int64_t n, float alpha) override;
+  void axpy(float* y, const float* x, int64_t n, float alpha) override;
+  void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
+  void sum_rows_acc(float* out, const float* x, int64_t rows, int64_t cols) override;
+  void add_bias_channels(float* y, const float* bias, int64_t n, int64_t c, int64_t hw) override;
+  void sum_channels_acc(float* out, const float* x, int64_t n, int64_t c, int64_t hw) override;
+  void relu_forward(float* y, const float* x, int64_t n) override;
+  void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override;
+  void gelu_forward(float* y, const float* x, int64_t n) override;
+  void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) override;
+  void dropout_forward(float* y, float* mask, const float* x, int64_t n, float p, uint64_t seed) override;
+  void mul(float* y, const float* a, const float* b, int64_t n) override;
+
+  void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+              int64_t stride, int64_t pad, int64_t oh, int64_t ow) override;
+  void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                  int64_t stride, int64_t pad, int64_t oh, int64_t ow) override;
+  void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w,
+                       int64_t k, int64_t stride, int64_t oh, int64_t ow) override;
+  void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t planes, int64_t h,
+                        int64_t w, int64_t oh, int64_t ow) override;
+
+  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                         const float* beta, int64_t rows, int64_t cols, float eps) override;
+  void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                          const float* gamma, const float* mean, const float* rstd, int64_t rows,
+                          int64_t cols) override;
+  void softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels,
+                            int64_t rows, int64_t classes) override;
+  void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
+                             int64_t classes, float scale) override;
+  int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override;
+  double sum(const float* x, int64_t n) override;
+
+  void sgd_update(float* param, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,
+                  float weight_decay, bool nesterov, bool first_step) override;
+  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float weight_decay, int64_t step) override;
+
+  void f32_to_f16(uint16_t* dst, const float* src, int64_t n) override;
+  void f16_to_f32(float* dst, const uint16_t* src, int64_t n) override;
+  void f32_to_bf16(uint16_t* dst, const float* src, int64_t n) override;
+  void bf16_to_f32(float* dst, const uint16_t* src, int64_t n) override;
+
+  void synchronize() override;
+
+ private:
+  DeviceContext& ctx_;
+};
+
+}  // namespace tandem::cuda

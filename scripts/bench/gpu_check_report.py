@@ -1,0 +1,162 @@
+"""The report of scripts/gpu-check: reads its work folder (results.tsv, one summary JSON
+per training run, torch.jsonl, gpu-tests.out), prints the summary tables and writes
+gpu-check.json. Missing pieces are reported as such (null in the JSON), never guessed.
+
+  python3 scripts/bench/gpu_check_report.py --work DIR --json FILE [--gpu NAME] [--deps MODE] [--seconds S]
+"""
+import argparse
+import json
+import os
+import re
+
+TARGET_MLP_ACCURACY = 0.89  # docs/accuracy.md (issue 2)
+TARGET_CNN_ACCURACY = 0.91  # reached at 10 epochs; gpu-check trains 3, so it is reported, not judged
+TARGET_DDP_SLOWDOWN = 0.02  # issue 7: DDP with 1 rank at most 2% slower than single
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def parse_ctest(path):
+    out = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failed_names": []}
+    try:
+        text = open(path, errors="replace").read()
+    except OSError:
+        return None
+    for m in re.finditer(r"Test\s+#\d+:\s+(\S+)\s+\.*\s*(\**)\s*([A-Za-z][A-Za-z ]*?)\s+[\d.]+ sec", text):
+        name, status = m.group(1), m.group(3).strip()
+        out["total"] += 1
+        if status == "Passed":
+            out["passed"] += 1
+        elif status.startswith("Skipped") or status.startswith("Not Run"):
+            out["skipped"] += 1
+        else:
+            out["failed"] += 1
+            out["failed_names"].append(f"{name} ({status})")
+    m = re.search(r"(\d+)% tests passed, (\d+) tests? failed out of (\d+)", text)
+    out["ctest_line"] = m.group(0) if m else None
+    return out
+
+
+def run_fields(summary):
+    if not summary:
+        return {}
+    keys = ["samples_per_s", "test_accuracy", "test_loss", "final_train_loss", "peak_device_memory_mb",
+            "replicas_identical", "world_size", "backend", "device", "model", "global_batch", "steps",
+            "train_time_s", "param_checksum", "comm_ms", "exposed_comm_ms"]
+    out = {k: summary.get(k) for k in keys}
+    out["step_ms_mean"] = (summary.get("step_ms") or {}).get("mean")
+    return out
+
+
+def fmt(v, spec=".0f"):
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        return format(v, spec)
+    return str(v)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--work", required=True)
+    p.add_argument("--json", required=True)
+    p.add_argument("--gpu", default="unknown")
+    p.add_argument("--deps", default="unknown")
+    p.add_argument("--seconds", type=int, default=None)
+    a = p.parse_args()
+
+    steps = []
+    with open(os.path.join(a.work, "results.tsv")) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 5:
+                continue
+            name, status, secs, summary, note = parts[:5]
+            run = run_fields(load_json(summary)) if summary not in ("-", "") else {}
+            steps.append({"name": name, "status": status, "seconds": int(secs or 0), "note": note or None, **run})
+    by_name = {s["name"]: s for s in steps}
+
+    torch_rows = []
+    try:
+        with open(os.path.join(a.work, "torch.jsonl")) as f:
+            torch_rows = [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError):
+        pass
+    tests = parse_ctest(os.path.join(a.work, "gpu-tests.out"))
+
+    # Throughput against PyTorch.
+    table = []
+    for model, batch in [("mlp", 1024), ("mlp", 4096), ("cnn", 1024), ("cnn", 4096)]:
+        t = by_name.get(f"bench-{model}-b{batch}", {})
+        pt = next((r for r in torch_rows if r.get("model") == model and r.get("batch") == batch), {})
+        ts, ps = t.get("samples_per_s"), pt.get("samples_per_s")
+        table.append({
+            "model": model, "batch": batch, "tandem_status": t.get("status"),
+            "tandem_samples_per_s": ts, "torch_samples_per_s": ps,
+            "torch_resident_samples_per_s": pt.get("resident_samples_per_s"),
+            "tandem_over_torch": ts / ps if ts and ps else None,
+            "tandem_peak_device_memory_mb": t.get("peak_device_memory_mb"),
+            "torch_peak_device_memory_mb": pt.get("peak_device_memory_mb"),
+        })
+
+    # DDP with one rank against single, the same flags (single ran before and after).
+    singles = [by_name.get(n, {}).get("samples_per_s") for n in ("bench-mlp-b1024", "bench-mlp-b1024-again")]
+    singles = [s for s in singles if s]
+    ddp = by_name.get("ddp-nccl-1rank", {}).get("samples_per_s")
+    ddp_ratio = ddp / (sum(singles) / len(singles)) if ddp and singles else None
+    mlp_acc = by_name.get("mlp-fashion", {}).get("test_accuracy")
+    targets = {
+        "mlp_accuracy": mlp_acc,
+        "mlp_accuracy_target": TARGET_MLP_ACCURACY,
+        "mlp_accuracy_met": None if mlp_acc is None else mlp_acc >= TARGET_MLP_ACCURACY,
+        "cnn_accuracy_3_epochs": by_name.get("cnn-fashion", {}).get("test_accuracy"),
+        "ddp_1rank_over_single": ddp_ratio,
+        "single_runs_samples_per_s": singles,
+        "ddp_1rank_within_2pct": None if ddp_ratio is None else ddp_ratio >= 1 - TARGET_DDP_SLOWDOWN,
+        "single_at_least_torch": {f"{r['model']}-b{r['batch']}": (None if r["tandem_over_torch"] is None
+                                                                   else r["tandem_over_torch"] >= 1.0)
+                                  for r in table},
+        "ddp_mpi_2ranks_replicas_identical": by_name.get("ddp-mpi-2ranks", {}).get("replicas_identical"),
+    }
+    report = {"gpu": a.gpu, "dependencies": a.deps, "seconds": a.seconds, "tests": tests, "steps": steps,
+              "throughput": table, "torch": torch_rows, "targets": targets}
+    with open(a.json, "w") as f:
+        json.dump(report, f, indent=2)
+
+    print()
+    print(f"gpu-check on {a.gpu}: {a.seconds} s, dependencies: {a.deps}")
+    if tests:
+        print(f"gpu tests: {tests['passed']} passed, {tests['failed']} failed, {tests['skipped']} skipped "
+              f"of {tests['total']}" + (f"; failed: {', '.join(tests['failed_names'])}" if tests["failed_names"] else ""))
+    print()
+    print(f"{'step':24}{'status':18}{'s':>5}{'samples/s':>12}{'accuracy':>10}{'peak MiB':>10}  note")
+    for s in steps:
+        print(f"{s['name']:24}{s['status'][:17]:18}{s['seconds']:>5}{fmt(s.get('samples_per_s')):>12}"
+              f"{fmt(s.get('test_accuracy'), '.4f'):>10}{fmt(s.get('peak_device_memory_mb')):>10}  "
+              f"{(s.get('note') or '')[:90]}")
+    print()
+    print("throughput, samples/s (synthetic data, SGD momentum, FP32; PyTorch with the same host pipeline;")
+    print("'resident' = PyTorch with the batch already on the GPU and no per-step loss read-back)")
+    print(f"{'model':6}{'batch':>7}{'tandem':>12}{'pytorch':>12}{'resident':>12}{'ratio':>8}{'tandem MiB':>12}{'torch MiB':>11}")
+    for r in table:
+        print(f"{r['model']:6}{r['batch']:>7}{fmt(r['tandem_samples_per_s']):>12}{fmt(r['torch_samples_per_s']):>12}"
+              f"{fmt(r['torch_resident_samples_per_s']):>12}{fmt(r['tandem_over_torch'], '.2f'):>8}"
+              f"{fmt(r['tandem_peak_device_memory_mb']):>12}{fmt(r['torch_peak_device_memory_mb']):>11}")
+    print()
+    print(f"targets: mlp accuracy {fmt(mlp_acc, '.4f')} (>= {TARGET_MLP_ACCURACY}: {fmt(targets['mlp_accuracy_met'])}); "
+          f"DDP 1 rank / single = {fmt(ddp_ratio, '.3f')} (>= {1 - TARGET_DDP_SLOWDOWN}: "
+          f"{fmt(targets['ddp_1rank_within_2pct'])}); mpi 2 ranks replicas identical: "
+          f"{fmt(targets['ddp_mpi_2ranks_replicas_identical'])}")
+    print(f"results: {a.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+// CUDA kernels against the CPU kernels, part 2: im2col/col2im, max pooling, layer norm,
+// softmax cross-entropy and the optimizer updates.
+// Tolerances, and why:
+//   im2col, col2im_acc   bit-exact: copies, and per pixel the same additions in the same order
+//   maxpool fwd/argmax   bit-exact, ties included (the first maximum wins on both)
+//   maxpool bwd          bit-exact for non-overlapping windows; 1e-6 relative + 2e-6 absolute
+//                        where windows overlap (up to k*k addends of O(1) land in another
+//                        order: a few ulp of the addends, even where they cancel)
+//   layernorm            1e-5 relative + 1e-5 absolute for y, mean, rstd, dx (row sums in
+//                        another order); dgamma/dbeta 1e-5 x sum|terms|
+//   softmax/xent fwd     1e-5 relative + 1e-7 absolute for probabilities, 1e-5 for losses
+//                        (expf/logf within 2 ulp of glibc; the row sum over up to 1000
+//                        classes in another order)
+//   softmax/xent bwd     bit-exact from the same probabilities
+//   sgd                  1e-6 relative + 1e-7 absolute (FMA contraction may differ)
+//   adamw                at most 1 ulp (built with explicit round-to-nearest operations in
+//                        the CPU's order: expected bit-exact; 1 ulp allows a host compiler
+//                        that fuses 1 - lr*wd differently)
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tandem::gpu_test {
+namespace {
+
+class CudaKernelsNN : public GpuTest {};
+
+struct ConvCase {
+  int64_t c, h, w, k, stride, pad;
+  int64_t oh() const { return (h + 2 * pad - k) / stride + 1; }
+  int64_t ow() const { return (w + 2 * pad - k) / stride + 1; }
+  std::string str() const {
+    return "c=" + std::to_string(c) + " h=" + std::to_string(h) + " w=" + std::to_string(w) + " k=" +
+           std::to_string(k) + " s=" + std::to_string(stride) + " p=" + std::to_string(pad);
+  }
+};
+
+TEST_F(CudaKernelsNN, Im2colAndCol2imAreExact) {
+  for (ConvCase cc : {ConvCase{3, 11, 9, 3, 1, 1}, ConvCase{2, 13, 13, 3, 2, 1}, ConvCase{4, 8, 10, 5, 1, 2},
+                      ConvCase{1, 28, 28, 3, 1, 1}, ConvCase{2, 9, 7, 2, 3, 0}, ConvCase{1, 5, 5, 4, 2, 3}}) {
+    const int64_t rows = cc.c * cc.k * cc.k, cols = cc.oh() * cc.ow();
+    auto img = randn(cc.c * cc.h * cc.w, 30);
+    std::vector<float> col(rows * cols);
+    cpu_k().im2col(col.data(), img.data(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
+    Tensor dimg = upload(img), dcol = upload(std::vector<float>(rows * cols, 7.f));
+    gpu_k().im2col(dcol.f32(), dimg.f32(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
+    expect_bitwise(download(dcol), col, "im2col " + cc.str());
+
+    auto dcol_in = randn(rows * cols, 31);
+    auto acc = randn(cc.c * cc.h * cc.w, 32);  // col2im adds into what is there
+    std::vector<float> want = acc;
+    cpu_k().col2im_acc(want.data(), dcol_in.data(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(),
+                       cc.ow());
+    Tensor dacc = upload(acc), dci = upload(dcol_in);
+    gpu_k().col2im_acc(dacc.f32(), dci.f32(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
+    expect_bitwise(download(dacc), want, "col2im_acc " + cc.str());
+  }
+}
+
+TEST_F(CudaKernelsNN, MaxPool) {
+  struct PoolCase {
+    int64_t planes, h, w, k, stride;
+  };
+  for (PoolCase pc : {PoolCase{64, 28, 28, 2, 2}, PoolCase{7, 13, 11, 3, 2}, PoolCase{5, 9, 9, 3, 1},
+                      PoolCase{3, 7, 7, 4, 3}}) {
+    const int64_t oh = (pc.h - pc.k) / pc.stride + 1, ow = (pc.w - pc.k) / pc.stride + 1;
+    const int64_t in_n = pc.planes * pc.h * pc.w, out_n = pc.planes * oh * ow;
+    const std::string what = "k=" + std::to_string(pc.k) + " s=" + std::to_string(pc.stride);
+    auto x = coarse(in_n, 33, 6);  // ties in most windows
+    std::vector<float> y(out_n);
+    std::vector<int32_t> arg(out_n);
+    cpu_k().maxpool_forward(y.data(), arg.data(), x.data(), pc.planes, pc.h, pc.w, pc.k, pc.stride, oh, ow);
+    Tensor dx = upload(x), dy = Tensor::empty({out_n}, DType::f32, gpu()), darg = Tensor::empty({out_n}, DType::i32, gpu());
+    gpu_k().maxpool_forward(dy.f32(), darg.data<int32_t>(), dx.f32(), pc.planes, pc.h, pc.w, pc.k, pc.stride, oh, ow);
+    expect_bitwise(download(dy), y, "maxpool_forward " + what);
+    expect_equal(download<int32_t>(darg), arg, "maxpool argmax " + what);
+
+    auto g = randn(out_n, 34);
+    std::vector<float> gx(in_n);
+    cpu_k().maxpool_backward(gx.data(), g.data(), arg.data(), pc.planes, pc.h, pc.w, oh, ow);
+    Tensor dg = upload(g), dgx = upload(std::vector<float>(in_n, 3.f));  // overwritten, not added to
+    gpu_k().maxpool_backward(dgx.f32(), dg.f32(), darg.data<int32_t>(), pc.planes, pc.h, pc.w, oh, ow);
+    if (pc.stride >= pc.k)
+      expect_bitwise(download(dgx), gx, "maxpool_backward " + what);
+    else
+      expect_close(download(dgx), gx, 1e-6, 2e-6, "maxpool_backward (overlapping) " + what);
+  }
+}
+
+TEST_F(CudaKernelsNN, LayerNorm) {
+  for (int64_t cols : {int64_t{7}, int64_t{300}, int64_t{1024}}) {
+    const int64_t rows = 600;  // > 256: dgamma/dbeta go through partials
+    const std::string what = " cols=" + std::to_string(cols);
+    auto x = randn(rows * cols, 35, 3.f), gamma = randn(cols, 36), beta = randn(cols, 37);
+    for (float& v : x) v += 5.f;  // a large mean: the two-pass variance must not cancel
+    std::vector<float> y(rows * cols), mean(rows), rstd(rows);
+    cpu_k().layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols,
+                              1e-5f);
+    Tensor dX = upload(x), dG = upload(gamma), dB = upload(beta);
+    Tensor dY = Tensor::empty({rows * cols}, DType::f32, gpu()), dM = Tensor::empty({rows}, DType::f32, gpu()),
+           dR = Tensor::empty({rows}, DType::f32, gpu());
+    gpu_k().layernorm_forward(dY.f32(), dM.f32(), dR.f32(), dX.f32(), dG.f32(), dB.f32(), rows, cols, 1e-5f);
+    expect_close(download(dY), y, 1e-5, 1e-5, "layernorm y" + what);
+    expect_close(download(dM), mean, 1e-5, 1e-5, "layernorm mean" + what);
+    expect_close(download(dR), rstd, 1e-5, 1e-5, "layernorm rstd" + what);
+
+    // Backward from the CPU's saved statistics on both devices, so only backward is compared.
+    auto dy = randn(rows * cols, 38), dg0 = randn(cols, 39), db0 = randn(cols, 40);
+    std::vector<float> dx(rows * cols), dg = dg0, db = db0;
+    cpu_k().layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                               rstd.data(), rows, cols);
+    Tensor dDY = upload(dy), dDG = upload(dg0), dDB = upload(db0), dMc = upload(mean), dRc = upload(rstd);
+    Tensor dDX = Tensor::empty({rows * cols}, DType::f32, gpu());
+    gpu_k().layernorm_backward(dDX.f32(), dDG.f32(), dDB.f32(), dDY.f32(), dX.f32(), dG.f32(), dMc.f32(), dRc.f32(),
+                               rows, cols);
+    expect_close(download(dDX), dx, 1e-5, 1e-5, "layernorm dx" + what);
+    std::vector<double> sg(cols), sb(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      sg[c] = std::fabs(dg0[c]);
+      sb[c] = std::fabs(db0[c]);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double xhat = (x[r * cols + c] - mean[r]) * rstd[r];
+        sg[c] += std::fabs(dy[r * cols + c] * xhat);
+        sb[c] += std::fabs(dy[r * cols + c]);
+      }
+    }
+    expect_scaled(download(dDG), dg, sg, 1e-5, "layernorm dgamma" + what);
+    expect_scaled(download(dDB), db, sb, 1e-5, "layernorm dbeta" + what);
+  }
+}
+
+TEST_F(CudaKernelsNN, SoftmaxCrossEntropy) {
+  for (int64_t classes : {int64_t{10}, int64_t{1000}}) {
+    const int64_t rows = 513;
+    const std::string what = " classes=" + std::to_string(classes);
+    auto logits = randn(rows * classes, 41, 8.f);
+    std::vector<int32_t> labels(rows);
+    std::mt19937 rng(42);
+    for (auto& l : labels) l = static_cast<int32_t>(rng() % classes);
+    std::vector<float> probs(rows * classes), losses(rows);
+    cpu_k().softmax_xent_forward(probs.data(), losses.data(), logits.data(), labels.data(), rows, classes);
+    Tensor dl = upload(logits), dlab = upload_i32(labels);
+    Tensor dp = Tensor::empty({rows * classes}, DType::f32, gpu()), dloss = Tensor::empty({rows}, DType::f32, gpu());
+    gpu_k().softmax_xent_forward(dp.f32(), dloss.f32(), dl.f32(), dlab.data<int32_t>(), rows, classes);
+    expect_close(download(dp), probs, 1e-5, 1e-7, "softmax probs" + what);
+    expect_close(download(dloss), losses, 1e-5, 1e-5, "xent losses" + what);
+
+    std::vector<float> dlogits(rows * classes);
+    cpu_k().softmax_xent_backward(dlogits.data(), probs.data(), labels.data(), rows, classes, 1.f / rows);
+    Tensor dpc = upload(probs), dd = Tensor::empty({rows * classes}, DType::f32, gpu());
+    gpu_k().softmax_xent_backward(dd.f32(), dpc.f32(), dlab.data<int32_t>(), rows, classes, 1.f / rows);
+    expect_bitwise(download(dd), dlogits, "xent backward" + what);
+  }
+}
+
+TEST_F(CudaKernelsNN, BadLabelIsReportedAtTheNextSynchronisation) {
+  const int64_t rows = 4, classes = 10;
+  Tensor dl = upload(randn(rows * classes, 43)), dlab = upload_i32({1, 2, 10, 3});
+  Tensor dp = Tensor::empty({rows * classes}, DType::f32, gpu()), dloss = Tensor::empty({rows}, DType::f32, gpu());
+  gpu_k().softmax_xent_forward(dp.f32(), dloss.f32(), dl.f32(), dlab.data<int32_t>(), rows, classes);
+  try {
+    gpu_k().synchronize();
+    FAIL() << "a label outside [0, 10) was not reported";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("label 10 in row 2 is outside [0, 10)"), std::string::npos) << e.what();
+  }
+  gpu_k().synchronize();  // reported once, then cleared
+}
+
+TEST_F(CudaKernelsNN, Sgd) {
+  const int64_t n = 100003;
+  for (float momentum : {0.f, 0.9f})
+    for (float wd : {0.f, 1e-2f})
+      for (bool nesterov : {false, true}) {
+        if (nesterov && momentum == 0.f) continue;
+        const std::string what = "sgd momentum=" + std::to_string(momentum) + " wd=" + std::to_string(wd) +
+                                 " nesterov=" + std::to_string(nesterov);
+        auto p = randn(n, 44), buf = std::vector<float>(n, 0.f);
+        Tensor dp = upload(p), dbuf = upload(buf);
+        for (int step = 0; step < 3; ++step) {
+          auto g = randn(n, 45 + step);
+          Tensor dg = upload(g);
+          cpu_k().sgd_update(p.data(), buf.data(), g.data(), n, 0.05f, momentum, wd, nesterov, step == 0);
+          gpu_k().sgd_update(dp.f32(), dbuf.f32(), dg.f32(), n, 0.05f, momentum, wd, nesterov, step == 0);
+        }
+        expect_close(download(dp), p, 1e-6, 1e-7, what + " param");
+        if (momentum != 0.f) expect_close(download(dbuf), buf, 1e-6, 1e-7, what + " momentum buffer");
+      }
+}
+
+TEST_F(CudaKernelsNN, AdamW) {
+  const int64_t n = 100003;
+  for (float wd : {0.f, 0.01f}) {
+    auto p = randn(n, 50), m = std::vector<float>(n, 0.f), v = std::vector<float>(n, 0.f);
+    Tensor dp = upload(p), dm = upload(m), dv = upload(v);
+    for (int64_t step = 1; step <= 5; ++step) {
+      auto g = randn(n, 50 + static_cast<uint32_t>(step));
+      Tensor dg = upload(g);
+      cpu_k().adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, wd, step);
+      gpu_k().adamw_update(dp.f32(), dm.f32(), dv.f32(), dg.f32(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, wd, step);
+    }
+    const std::string what = "adamw wd=" + std::to_string(wd);
+    expect_ulps(download(dp), p, 1, what + " param");
+    expect_ulps(download(dm), m, 1, what + " m");
+    expect_ulps(download(dv), v, 1, what + " v");
+  }
+}
+
+}  // namespace
+}  // namespace tandem::gpu_test
