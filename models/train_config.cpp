@@ -44,7 +44,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--threads", c.threads,
                  "BLAS threads (0: OPENBLAS_NUM_THREADS or OMP_NUM_THREADS if set, else all cores)");
   app.add_option("--backend", c.backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl"}));
-  app.add_option("--collective-timeout-s", c.collective_timeout_s, "Collective timeout in seconds");
+  app.add_option("--collective-timeout-s", c.collective_timeout_s, "Seconds a collective, or the start-up rendezvous, may wait for the other ranks");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket cap in MB");
   app.add_flag("--no-overlap", c.no_overlap, "All-reduce buckets only after backward ends");
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");

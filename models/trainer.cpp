@@ -123,6 +123,7 @@ void run_training(const TrainConfig& c) {
     io.backend = parse_backend(c.backend);
     io.device = device.kind;
     io.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.collective_timeout_s * 1000));
+    io.rendezvous_timeout = io.timeout;  // waiting for a peer to arrive is waiting for a peer
     std::shared_ptr<ProcessGroup> group = init_process_group(io);
     if (group->rank() != 0 && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
     tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(group->rank());
