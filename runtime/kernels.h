@@ -53,6 +53,19 @@ class Kernels {
   // Columns -> image, ADDING overlapping contributions into img (C,H,W).
   virtual void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh,
                           int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) = 0;
+  // A batch at once: images (N,C,H,W) -> columns (C*KH*KW, N*OH*OW), column index
+  // image*OH*OW + output pixel, so one GEMM covers the batch. Per image the same map as im2col.
+  virtual void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w,
+                              int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
+                              int64_t ow) = 0;
+  // Its adjoint: columns (C*KH*KW, N*OH*OW) ADDED into images (N,C,H,W); per pixel the
+  // same additions in the same order as col2im_acc on that image.
+  virtual void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h,
+                                  int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+                                  int64_t oh, int64_t ow) = 0;
+  // dst (B, A, inner) = src (A, B, inner) with the two leading axes swapped; dst != src.
+  // Conv2d's permutes between (OC, N, OH*OW) GEMM layout and NCHW.
+  virtual void swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner) = 0;
   // x (planes,H,W) -> y (planes,OH,OW); argmax holds the flat h*W+w index of each max.
   virtual void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h,
                                int64_t w, int64_t k, int64_t stride, int64_t oh, int64_t ow) = 0;

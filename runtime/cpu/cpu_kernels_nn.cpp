@@ -1,8 +1,10 @@
-// CPU kernels, part 2: im2col/col2im, max pooling, layer norm, softmax cross-entropy,
-// and the fused SGD/AdamW updates (part 1, cpu_kernels.cpp, holds gemm and elementwise).
-// Invariant: col2im_acc is the exact adjoint of im2col (the same index map, read vs
-// add), maxpool's argmax is the flat h*W+w index inside its plane with the first
-// maximum winning, and the optimizers reproduce PyTorch 1.13's single-tensor arithmetic.
+// CPU kernels, part 2: im2col/col2im (per image and batched), swap_leading, max pooling,
+// layer norm, softmax cross-entropy, and the fused SGD/AdamW updates (part 1,
+// cpu_kernels.cpp, holds gemm and elementwise).
+// Invariant: col2im(_batched)_acc is the exact adjoint of im2col(_batched) (the same
+// index map, read vs add; the single-image forms are the batch of one), maxpool's argmax
+// is the flat h*W+w index inside its plane with the first maximum winning, and the
+// optimizers reproduce PyTorch 1.13's single-tensor arithmetic.
 #include <climits>
 #include <cmath>
 #include <stdexcept>
@@ -37,59 +39,89 @@ ValidRange valid_outputs(int64_t in, int64_t out, int64_t stride, int64_t pad, i
 }  // namespace
 
 // --- convolution and pooling -----------------------------------------------------
-// col row (ch, ki, kj), column (oy, ox) holds img[ch, oy*s-pad+ki, ox*s-pad+kj] (or 0).
+// col row (ch, ki, kj), column (i, oy, ox) holds img[i, ch, oy*s-pad+ki, ox*s-pad+kj]
+// (or 0); one image is the batch of one. Image-major loops keep an image's planes in
+// cache while its k*k rows are written (or read back, for col2im).
 
-void CpuKernels::im2col(float* __restrict col, const float* __restrict img, int64_t c, int64_t h,
-                        int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
-                        int64_t ow) {
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t ki = 0; ki < kh; ++ki) {
-      const ValidRange ys = valid_outputs(h, oh, stride, pad, ki);
-      for (int64_t kj = 0; kj < kw; ++kj) {
-        const ValidRange xs = valid_outputs(w, ow, stride, pad, kj);
-        float* __restrict row = col + ((ch * kh + ki) * kw + kj) * oh * ow;
-        for (int64_t oy = 0; oy < oh; ++oy) {
-          float* __restrict out = row + oy * ow;
-          if (oy < ys.lo || oy >= ys.hi || xs.lo == xs.hi) {
-            for (int64_t ox = 0; ox < ow; ++ox) out[ox] = 0.f;
-            continue;
+void CpuKernels::im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                        int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
+  im2col_batched(col, img, 1, c, h, w, kh, kw, stride, pad, oh, ow);
+}
+
+void CpuKernels::col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh,
+                            int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
+  col2im_batched_acc(img, col, 1, c, h, w, kh, kw, stride, pad, oh, ow);
+}
+
+void CpuKernels::im2col_batched(float* __restrict col, const float* __restrict img, int64_t n, int64_t c,
+                                int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+                                int64_t oh, int64_t ow) {
+  const int64_t ohw = oh * ow, row_len = n * ohw;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const float* __restrict plane = img + (i * c + ch) * h * w;
+      for (int64_t ki = 0; ki < kh; ++ki) {
+        const ValidRange ys = valid_outputs(h, oh, stride, pad, ki);
+        for (int64_t kj = 0; kj < kw; ++kj) {
+          const ValidRange xs = valid_outputs(w, ow, stride, pad, kj);
+          float* __restrict block = col + ((ch * kh + ki) * kw + kj) * row_len + i * ohw;
+          for (int64_t oy = 0; oy < oh; ++oy) {
+            float* __restrict out = block + oy * ow;
+            if (oy < ys.lo || oy >= ys.hi || xs.lo == xs.hi) {
+              for (int64_t ox = 0; ox < ow; ++ox) out[ox] = 0.f;
+              continue;
+            }
+            // plane[base + ox*stride] is the source of column ox (in range for ox in xs).
+            const int64_t base = (oy * stride - pad + ki) * w - pad + kj;
+            for (int64_t ox = 0; ox < xs.lo; ++ox) out[ox] = 0.f;
+            if (stride == 1) {
+              // A plain loop, not memcpy: rows are short (OW floats) and the call would dominate.
+              const float* __restrict src = plane + base;
+              for (int64_t ox = xs.lo; ox < xs.hi; ++ox) out[ox] = src[ox];
+            } else {
+              for (int64_t ox = xs.lo; ox < xs.hi; ++ox) out[ox] = plane[base + ox * stride];
+            }
+            for (int64_t ox = xs.hi; ox < ow; ++ox) out[ox] = 0.f;
           }
-          // img[base + ox*stride] is the source of column ox (in range for ox in xs).
-          const int64_t base = (ch * h + oy * stride - pad + ki) * w - pad + kj;
-          for (int64_t ox = 0; ox < xs.lo; ++ox) out[ox] = 0.f;
-          if (stride == 1) {
-            // A plain loop, not memcpy: rows are short (OW floats) and the call would dominate.
-            const float* __restrict src = img + base;
-            for (int64_t ox = xs.lo; ox < xs.hi; ++ox) out[ox] = src[ox];
-          } else {
-            for (int64_t ox = xs.lo; ox < xs.hi; ++ox) out[ox] = img[base + ox * stride];
-          }
-          for (int64_t ox = xs.hi; ox < ow; ++ox) out[ox] = 0.f;
         }
       }
     }
 }
 
-void CpuKernels::col2im_acc(float* __restrict img, const float* __restrict col, int64_t c, int64_t h,
-                            int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
-                            int64_t ow) {
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t ki = 0; ki < kh; ++ki) {
-      const ValidRange ys = valid_outputs(h, oh, stride, pad, ki);
-      for (int64_t kj = 0; kj < kw; ++kj) {
-        const ValidRange xs = valid_outputs(w, ow, stride, pad, kj);
-        const float* __restrict row = col + ((ch * kh + ki) * kw + kj) * oh * ow;
-        for (int64_t oy = ys.lo; oy < ys.hi; ++oy) {
-          const float* __restrict src = row + oy * ow;
-          const int64_t base = (ch * h + oy * stride - pad + ki) * w - pad + kj;
-          if (stride == 1) {
-            float* __restrict dst = img + base + xs.lo;
-            for (int64_t ox = 0; ox < xs.hi - xs.lo; ++ox) dst[ox] += src[xs.lo + ox];
-          } else {
-            for (int64_t ox = xs.lo; ox < xs.hi; ++ox) img[base + ox * stride] += src[ox];
+void CpuKernels::col2im_batched_acc(float* __restrict img, const float* __restrict col, int64_t n, int64_t c,
+                                    int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+                                    int64_t oh, int64_t ow) {
+  const int64_t ohw = oh * ow, row_len = n * ohw;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      float* __restrict plane = img + (i * c + ch) * h * w;
+      for (int64_t ki = 0; ki < kh; ++ki) {
+        const ValidRange ys = valid_outputs(h, oh, stride, pad, ki);
+        for (int64_t kj = 0; kj < kw; ++kj) {
+          const ValidRange xs = valid_outputs(w, ow, stride, pad, kj);
+          const float* __restrict block = col + ((ch * kh + ki) * kw + kj) * row_len + i * ohw;
+          for (int64_t oy = ys.lo; oy < ys.hi; ++oy) {
+            const float* __restrict src = block + oy * ow;
+            const int64_t base = (oy * stride - pad + ki) * w - pad + kj;
+            if (stride == 1) {
+              float* __restrict dst = plane + base + xs.lo;
+              for (int64_t ox = 0; ox < xs.hi - xs.lo; ++ox) dst[ox] += src[xs.lo + ox];
+            } else {
+              for (int64_t ox = xs.lo; ox < xs.hi; ++ox) plane[base + ox * stride] += src[ox];
+            }
           }
         }
       }
+    }
+}
+
+void CpuKernels::swap_leading(float* __restrict dst, const float* __restrict src, int64_t a, int64_t b,
+                              int64_t inner) {
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j) {
+      const float* __restrict s = src + (i * b + j) * inner;
+      float* __restrict d = dst + (j * a + i) * inner;
+      for (int64_t k = 0; k < inner; ++k) d[k] = s[k];
     }
 }
 

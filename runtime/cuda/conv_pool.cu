@@ -1,5 +1,6 @@
-// Convolution's column transforms (im2col forward, col2im_acc backward) and max pooling
-// (forward, backward), side by side.
+// Convolution's column transforms (im2col forward, col2im_acc backward, per image or for
+// a batch at once), the leading-axes swap between GEMM layout and NCHW, and max pooling
+// (forward, backward), side by side. The per-image transforms are the batch of one.
 // Invariant: col row (ch, ki, kj), column (oy, ox) holds img[ch, oy*s-pad+ki, ox*s-pad+kj]
 // (0 outside), as on the CPU. col2im_acc gathers per image pixel, adding its (ki, kj)
 // contributions in the CPU's order, so it needs no atomics and matches the CPU bit for
@@ -12,27 +13,29 @@ namespace tandem::cuda::launch {
 namespace {
 
 // --- im2col / col2im -------------------------------------------------------------------
-// col (C*KH*KW, OH*OW) <- img (C, H, W)
-__global__ void im2col_kernel(float* __restrict__ col, const float* __restrict__ img, int64_t c, int64_t h,
-                              int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
-                              int64_t ow) {
-  const int64_t ohw = oh * ow;
-  TANDEM_GRID_STRIDE_LOOP(idx, c * kh * kw * ohw) {
-    const int64_t row = idx / ohw, pos = idx - row * ohw;
+// col (C*KH*KW, N*OH*OW) <- img (N, C, H, W); column i*OH*OW + pixel belongs to image i.
+__global__ void im2col_kernel(float* __restrict__ col, const float* __restrict__ img, int64_t n, int64_t c,
+                              int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+                              int64_t oh, int64_t ow) {
+  const int64_t ohw = oh * ow, row_len = n * ohw;
+  TANDEM_GRID_STRIDE_LOOP(idx, c * kh * kw * row_len) {
+    const int64_t row = idx / row_len, rest = idx - row * row_len;
+    const int64_t i = rest / ohw, pos = rest - i * ohw;
     const int64_t oy = pos / ow, ox = pos - oy * ow;
     const int64_t kj = row % kw, ki = (row / kw) % kh, ch = row / (kw * kh);
     const int64_t iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
-    col[idx] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? img[(ch * h + iy) * w + ix] : 0.f;
+    col[idx] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? img[((i * c + ch) * h + iy) * w + ix] : 0.f;
   }
 }
 
-// img (C, H, W) += col (C*KH*KW, OH*OW), one thread per image pixel.
-__global__ void col2im_acc_kernel(float* __restrict__ img, const float* __restrict__ col, int64_t c, int64_t h,
-                                  int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
-                                  int64_t ow) {
-  const int64_t ohw = oh * ow;
-  TANDEM_GRID_STRIDE_LOOP(idx, c * h * w) {
-    const int64_t x = idx % w, y = (idx / w) % h, ch = idx / (h * w);
+// img (N, C, H, W) += col (C*KH*KW, N*OH*OW), one thread per image pixel.
+__global__ void col2im_acc_kernel(float* __restrict__ img, const float* __restrict__ col, int64_t n, int64_t c,
+                                  int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+                                  int64_t oh, int64_t ow) {
+  const int64_t ohw = oh * ow, row_len = n * ohw;
+  TANDEM_GRID_STRIDE_LOOP(idx, n * c * h * w) {
+    const int64_t x = idx % w, y = (idx / w) % h, ch = (idx / (h * w)) % c, i = idx / (c * h * w);
+    const float* image_cols = col + i * ohw;
     float acc = img[idx];
     for (int64_t ki = 0; ki < kh; ++ki) {
       const int64_t ty = y + pad - ki;  // = oy * stride for the output row that reads (y, x)
@@ -41,10 +44,20 @@ __global__ void col2im_acc_kernel(float* __restrict__ img, const float* __restri
       for (int64_t kj = 0; kj < kw; ++kj) {
         const int64_t tx = x + pad - kj;
         if (tx < 0 || tx % stride != 0 || tx / stride >= ow) continue;
-        acc += col[((ch * kh + ki) * kw + kj) * ohw + oy * ow + tx / stride];
+        acc += image_cols[((ch * kh + ki) * kw + kj) * row_len + oy * ow + tx / stride];
       }
     }
     img[idx] = acc;
+  }
+}
+
+// dst (B, A, inner) <- src (A, B, inner), one thread per output element.
+__global__ void swap_leading_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t a, int64_t b,
+                                    int64_t inner) {
+  TANDEM_GRID_STRIDE_LOOP(idx, a * b * inner) {
+    const int64_t k = idx % inner, ji = idx / inner;  // ji = j*a + i
+    const int64_t i = ji % a, j = ji / a;
+    dst[idx] = src[(i * b + j) * inner + k];
   }
 }
 
@@ -91,18 +104,36 @@ __global__ void maxpool_backward_kernel(float* __restrict__ dx, const float* __r
 
 void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
             int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
-  const int64_t n = c * kh * kw * oh * ow;
-  if (n <= 0) return;
-  im2col_kernel<<<blocks_for(n), kThreads, 0, stream>>>(col, img, c, h, w, kh, kw, stride, pad, oh, ow);
-  TANDEM_CUDA_CHECK_LAUNCH(im2col_kernel);
+  im2col_batched(col, img, 1, c, h, w, kh, kw, stride, pad, oh, ow, stream);
 }
 
 void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
                 int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
-  const int64_t n = c * h * w;
-  if (n <= 0 || oh <= 0 || ow <= 0) return;
-  col2im_acc_kernel<<<blocks_for(n), kThreads, 0, stream>>>(img, col, c, h, w, kh, kw, stride, pad, oh, ow);
+  col2im_batched_acc(img, col, 1, c, h, w, kh, kw, stride, pad, oh, ow, stream);
+}
+
+void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
+                    int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
+  const int64_t total = c * kh * kw * n * oh * ow;
+  if (total <= 0) return;
+  im2col_kernel<<<blocks_for(total), kThreads, 0, stream>>>(col, img, n, c, h, w, kh, kw, stride, pad, oh, ow);
+  TANDEM_CUDA_CHECK_LAUNCH(im2col_kernel);
+}
+
+void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
+                        int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
+  const int64_t total = n * c * h * w;
+  if (total <= 0 || oh <= 0 || ow <= 0) return;
+  col2im_acc_kernel<<<blocks_for(total), kThreads, 0, stream>>>(img, col, n, c, h, w, kh, kw, stride, pad, oh,
+                                                                 ow);
   TANDEM_CUDA_CHECK_LAUNCH(col2im_acc_kernel);
+}
+
+void swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner, cudaStream_t stream) {
+  const int64_t total = a * b * inner;
+  if (total <= 0) return;
+  swap_leading_kernel<<<blocks_for(total), kThreads, 0, stream>>>(dst, src, a, b, inner);
+  TANDEM_CUDA_CHECK_LAUNCH(swap_leading_kernel);
 }
 
 void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w, int64_t k,

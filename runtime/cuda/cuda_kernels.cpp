@@ -170,6 +170,23 @@ void CudaKernels::col2im_acc(float* img, const float* col, int64_t c, int64_t h,
   launch::col2im_acc(img, col, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
 }
 
+void CudaKernels::im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w,
+                                 int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
+  ensure_current(ctx_.device);
+  launch::im2col_batched(col, img, n, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
+}
+
+void CudaKernels::col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h, int64_t w,
+                                     int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
+  ensure_current(ctx_.device);
+  launch::col2im_batched_acc(img, col, n, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
+}
+
+void CudaKernels::swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner) {
+  ensure_current(ctx_.device);
+  launch::swap_leading(dst, src, a, b, inner, ctx_.stream);
+}
+
 void CudaKernels::maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w,
                                   int64_t k, int64_t stride, int64_t oh, int64_t ow) {
   if (h * w > INT32_MAX) throw std::invalid_argument("maxpool_forward: plane too large for i32 argmax");

@@ -1,14 +1,19 @@
 // Conv2d: 2-D convolution over NCHW tensors, as torch.nn.Conv2d (square kernel, same
-// stride and zero padding on both axes, no groups or dilation), by im2col + GEMM.
-// Invariant: per image, y_n (OC, OH*OW) = W (OC, C*k*k) * col_n (C*k*k, OH*OW), so the
-// output lands in NCHW with no permute. A training forward keeps the whole batch's
-// columns for backward when they fit in a byte limit; otherwise (and in evaluation) it
-// keeps only the input and backward rebuilds one image's columns at a time. A 1x1,
-// stride 1, unpadded conv needs no columns at all (the image is its own column matrix).
+// stride and zero padding on both axes, no groups or dilation), by im2col + GEMM over
+// chunks of images: one im2col_batched and one GEMM per chunk, forward and backward, so a
+// GPU sees a handful of large launches per layer instead of a few per image.
+// Invariant: for a chunk of nc images, Y' (OC, nc*OH*OW) = W (OC, C*k*k) * col (C*k*k,
+// nc*OH*OW), and y is Y' with its two leading axes swapped into (nc, OC, OH*OW); a chunk
+// of one image needs no swap. Chunks are as large as the chunk limit allows (each
+// per-chunk buffer stays under it; by default one image on the CPU, 256 MiB on a GPU).
+// A training forward keeps every chunk's columns for backward when the batch's columns
+// fit in the saved-columns limit; otherwise (and in evaluation) it keeps only the input
+// and backward rebuilds each chunk's columns.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "runtime/module.h"
@@ -27,14 +32,21 @@ class Conv2d final : public Module {
   void reset_parameters(uint64_t seed) override;
 
   // When the batch's columns exceed this many bytes, forward keeps only the input and
-  // backward rebuilds each image's columns (time for memory). Default 256 MiB.
+  // backward rebuilds each chunk's columns (time for memory). Default 256 MiB.
   void set_saved_columns_limit(size_t bytes) { saved_columns_limit_ = bytes; }
+  // Bytes each per-chunk buffer (columns, their gradient, the output or output gradient
+  // in GEMM layout) may take; a chunk holds at least one image. Default: one image per
+  // chunk on the CPU (fastest there), 256 MiB on a GPU.
+  void set_chunk_limit(size_t bytes) { chunk_limit_ = bytes; }
 
  private:
-  bool direct() const { return k_ == 1 && stride_ == 1 && pad_ == 0; }
+  // Images per chunk for a batch of n: as many as the chunk limit allows, at least 1.
+  int64_t images_per_chunk(int64_t n, int64_t ckk, int64_t ohw) const;
 
   int64_t in_, out_, k_, stride_, pad_;
   size_t saved_columns_limit_ = size_t{256} << 20;
+  static constexpr size_t kDefaultChunkLimit = size_t{256} << 20;
+  std::optional<size_t> chunk_limit_;  // unset: the device's default
   Parameter* weight_;  // (OC, C, k, k), read as (OC, C*k*k)
   Parameter* bias_;    // (OC)
   // Saved by forward for backward.
@@ -42,10 +54,13 @@ class Conv2d final : public Module {
   bool cols_saved_ = false;  // cols_ holds every image's columns
   Shape x_shape_;            // (N, C, H, W)
   int64_t oh_ = 0, ow_ = 0;
-  Tensor x_;  // kept only when backward must read the input itself
-  // Scratch owned by the layer, reused across steps.
-  Tensor cols_;  // (N, C*k*k, OH*OW) or (C*k*k, OH*OW)
-  Tensor dcol_;  // (C*k*k, OH*OW)
+  int64_t chunk_ = 1;  // images per chunk, fixed by forward for its backward
+  Tensor x_;           // kept only when backward must read the input itself
+  // Scratch owned by the layer, reused across steps. Chunk j's columns (C*k*k, nc*OH*OW)
+  // start at image j*chunk_ of cols_ when every chunk is kept, at 0 otherwise.
+  Tensor cols_;      // flat: N or chunk_ images of (C*k*k, OH*OW)
+  Tensor dcol_;      // (C*k*k, chunk_*OH*OW)
+  Tensor gemm_out_;  // (OC, chunk_*OH*OW): forward's Y', backward's dY'
   Tensor y_cache_, dx_cache_;
 };
 

@@ -2,6 +2,7 @@
 // softmax cross-entropy and the optimizer updates.
 // Tolerances, and why:
 //   im2col, col2im_acc   bit-exact: copies, and per pixel the same additions in the same order
+//   (batched forms too), swap_leading bit-exact (a copy)
 //   maxpool fwd/argmax   bit-exact, ties included (the first maximum wins on both)
 //   maxpool bwd          bit-exact for non-overlapping windows; 1e-6 relative + 2e-6 absolute
 //                        where windows overlap (up to k*k addends of O(1) land in another
@@ -16,6 +17,8 @@
 //   adamw                at most 1 ulp (built with explicit round-to-nearest operations in
 //                        the CPU's order: expected bit-exact; 1 ulp allows a host compiler
 //                        that fuses 1 - lr*wd differently)
+#include <tuple>
+
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -52,6 +55,43 @@ TEST_F(CudaKernelsNN, Im2colAndCol2imAreExact) {
     Tensor dacc = upload(acc), dci = upload(dcol_in);
     gpu_k().col2im_acc(dacc.f32(), dci.f32(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
     expect_bitwise(download(dacc), want, "col2im_acc " + cc.str());
+  }
+}
+
+TEST_F(CudaKernelsNN, BatchedIm2colCol2imAndSwapLeadingAreExact) {
+  for (ConvCase cc : {ConvCase{3, 11, 9, 3, 1, 1}, ConvCase{2, 13, 13, 3, 2, 1}, ConvCase{4, 8, 10, 5, 1, 2},
+                      ConvCase{2, 9, 7, 2, 3, 0}, ConvCase{3, 5, 4, 1, 1, 0}}) {
+    for (int64_t n : {1, 3, 8}) {
+      const std::string what = cc.str() + " n=" + std::to_string(n);
+      const int64_t rows = cc.c * cc.k * cc.k, cols = n * cc.oh() * cc.ow();
+      auto img = randn(n * cc.c * cc.h * cc.w, 33);
+      std::vector<float> col(rows * cols);
+      cpu_k().im2col_batched(col.data(), img.data(), n, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(),
+                             cc.ow());
+      Tensor dimg = upload(img), dcol = upload(std::vector<float>(rows * cols, 7.f));
+      gpu_k().im2col_batched(dcol.f32(), dimg.f32(), n, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(),
+                             cc.ow());
+      expect_bitwise(download(dcol), col, "im2col_batched " + what);
+
+      auto dcol_in = randn(rows * cols, 34);
+      auto acc = randn(img.size(), 35);  // col2im adds into what is there
+      std::vector<float> want = acc;
+      cpu_k().col2im_batched_acc(want.data(), dcol_in.data(), n, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad,
+                                 cc.oh(), cc.ow());
+      Tensor dacc = upload(acc), dci = upload(dcol_in);
+      gpu_k().col2im_batched_acc(dacc.f32(), dci.f32(), n, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad,
+                                 cc.oh(), cc.ow());
+      expect_bitwise(download(dacc), want, "col2im_batched_acc " + what);
+    }
+  }
+  for (auto [a, b, inner] : {std::tuple<int64_t, int64_t, int64_t>{32, 16, 784}, {3, 5, 7}, {1, 9, 4}, {7, 1, 1}}) {
+    auto src = randn(a * b * inner, 36);
+    std::vector<float> want(src.size());
+    cpu_k().swap_leading(want.data(), src.data(), a, b, inner);
+    Tensor dsrc = upload(src), ddst = upload(std::vector<float>(src.size(), 7.f));
+    gpu_k().swap_leading(ddst.f32(), dsrc.f32(), a, b, inner);
+    expect_bitwise(download(ddst), want,
+                   "swap_leading " + std::to_string(a) + "x" + std::to_string(b) + "x" + std::to_string(inner));
   }
 }
 

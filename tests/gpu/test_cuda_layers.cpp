@@ -93,6 +93,15 @@ TEST_F(CudaLayers, Conv2d) {
         return c;
       },
       {3, 2, 9, 8}, Tol::gemm, Tol::gemm, Tol::gemm);
+  // Chunks of 2 + 2 + 1 images on both devices (the GPU default is one chunk, the CPU's one image).
+  compare_layer(
+      "Conv2d(3, 4, k3, s1, p1) in chunks of two images",
+      [] {
+        auto c = std::make_unique<Conv2d>(3, 4, 3, 1, 1);
+        c->set_chunk_limit(2 * 27 * 10 * 6 * sizeof(float));
+        return c;
+      },
+      {5, 3, 10, 6}, Tol::gemm, Tol::gemm, Tol::gemm);
 }
 
 TEST_F(CudaLayers, MaxPool2d) {

@@ -1,6 +1,7 @@
 // CPU kernels against naive double-precision references on small inputs, plus the exact
 // contracts other devices must match: f16/bf16 bit patterns, the dropout hash, the
-// maxpool argmax convention, im2col/col2im adjointness, and PyTorch's optimizer steps.
+// maxpool argmax convention, im2col/col2im adjointness (per image and batched), the
+// leading-axes swap, and PyTorch's optimizer steps.
 // Tolerances: references are computed in double; a float kernel summing K terms of
 // O(1) values is within ~K * 2^-24 relative of it, so 1e-5 relative (plus 1e-6 absolute
 // for results near zero) is loose enough for the sizes used here and tight enough to
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "runtime/cpu/blas_core.h"
@@ -436,6 +438,60 @@ TEST(CpuKernels, Im2colMatchesNaiveAndCol2imIsItsAdjoint) {
             }
     for (size_t i = 0; i < img.size(); ++i) rhs += double(img[i]) * back[i];
     EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::fabs(lhs))) << "c=" << g.c << " h=" << g.h << " w=" << g.w;
+  }
+}
+
+// The batched transforms against the per-image ones (already checked against the naive
+// map above): bit-exact, since both copy, and per pixel both add in the same order.
+TEST(CpuKernels, BatchedIm2colCol2imMatchPerImageAndAreAdjoint) {
+  struct Cfg {
+    int64_t n, c, h, w, k, s, p;
+  };
+  for (Cfg g : {Cfg{3, 3, 7, 5, 3, 2, 1}, Cfg{4, 2, 6, 6, 3, 1, 1}, Cfg{2, 1, 5, 8, 2, 3, 0},
+                Cfg{3, 2, 4, 3, 5, 1, 2}, Cfg{2, 3, 3, 3, 1, 1, 0}, Cfg{1, 2, 6, 5, 3, 1, 1}}) {
+    const int64_t oh = (g.h + 2 * g.p - g.k) / g.s + 1, ow = (g.w + 2 * g.p - g.k) / g.s + 1;
+    const int64_t rows = g.c * g.k * g.k, ohw = oh * ow, chw = g.c * g.h * g.w;
+    const auto img = randn(g.n * chw, 20);
+    std::vector<float> col(rows * g.n * ohw, 99.f), one(rows * ohw);
+    K().im2col_batched(col.data(), img.data(), g.n, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+    for (int64_t i = 0; i < g.n; ++i) {
+      K().im2col(one.data(), img.data() + i * chw, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t q = 0; q < ohw; ++q)
+          ASSERT_EQ(col[(r * g.n + i) * ohw + q], one[r * ohw + q]) << "n=" << i << " row=" << r << " at " << q;
+    }
+
+    const auto c = randn(col.size(), 21), start = randn(img.size(), 22);
+    std::vector<float> back = start, want = start, part(rows * ohw);
+    K().col2im_batched_acc(back.data(), c.data(), g.n, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+    for (int64_t i = 0; i < g.n; ++i) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t q = 0; q < ohw; ++q) part[r * ohw + q] = c[(r * g.n + i) * ohw + q];
+      K().col2im_acc(want.data() + i * chw, part.data(), g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+    }
+    for (size_t j = 0; j < back.size(); ++j) ASSERT_EQ(back[j], want[j]) << "col2im_batched_acc at " << j;
+
+    // <im2col(x), c> == <x, col2im(c)>, from zero.
+    std::vector<float> adj(img.size(), 0.f);
+    K().col2im_batched_acc(adj.data(), c.data(), g.n, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+    double lhs = 0, rhs = 0;
+    for (size_t j = 0; j < col.size(); ++j) lhs += double(col[j]) * c[j];
+    for (size_t j = 0; j < img.size(); ++j) rhs += double(img[j]) * adj[j];
+    EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::fabs(lhs))) << "n=" << g.n << " c=" << g.c << " h=" << g.h;
+  }
+}
+
+TEST(CpuKernels, SwapLeadingIsExact) {
+  for (auto [a, b, inner] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {1, 4, 3}, {4, 1, 9}, {6, 2, 1}}) {
+    const auto src = randn(a * b * inner, 23);
+    std::vector<float> dst(src.size(), 99.f), round(src.size(), 99.f);
+    K().swap_leading(dst.data(), src.data(), a, b, inner);
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < b; ++j)
+        for (int64_t k = 0; k < inner; ++k)
+          ASSERT_EQ(dst[(j * a + i) * inner + k], src[(i * b + j) * inner + k]) << a << "x" << b << "x" << inner;
+    K().swap_leading(round.data(), dst.data(), b, a, inner);
+    EXPECT_EQ(round, src);
   }
 }
 

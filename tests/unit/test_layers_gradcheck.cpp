@@ -139,6 +139,51 @@ TEST(LayerGradcheck, Conv2dStridePaddingOddShapes) {
   gradcheck(wide, random_tensor({1, 1, 8, 7}, 8), 17);
 }
 
+// Batches cut into several chunks (2 + 1 images: a batched chunk and a single-image one),
+// with the columns kept from forward and rebuilt in backward; stride 1 and 2.
+TEST(LayerGradcheck, Conv2dChunkedBatch) {
+  // A chunk limit of two images' max(C*k*k, OC) * OH*OW floats.
+  for (size_t saved : {size_t{256} << 20, size_t{0}}) {
+    Conv2d conv(3, 4, 3, 2, 1);  // 7x5 -> OH=4, OW=3; C*k*k = 27
+    conv.set_chunk_limit(2 * 27 * 4 * 3 * sizeof(float));
+    conv.set_saved_columns_limit(saved);
+    gradcheck(conv, random_tensor({3, 3, 7, 5}, 30), 31);
+    Conv2d same(2, 3, 3, 1, 1);  // 4x4 -> 4x4; C*k*k = 18 > OC = 3
+    same.set_chunk_limit(2 * 18 * 16 * sizeof(float));
+    same.set_saved_columns_limit(saved);
+    gradcheck(same, random_tensor({3, 2, 4, 4}, 32), 33);
+    Conv2d pointwise(2, 3, 1);  // 1x1: OC = 3 > C*k*k = 2 sets the chunk size
+    pointwise.set_chunk_limit(2 * 3 * 12 * sizeof(float));
+    pointwise.set_saved_columns_limit(saved);
+    gradcheck(pointwise, random_tensor({3, 2, 4, 3}, 34), 35);
+  }
+}
+
+// A batched forward (any chunking) gives what the per-image one gives, up to GEMM rounding.
+TEST(LayerGradcheck, Conv2dChunkingDoesNotChangeResults) {
+  auto run = [](size_t chunk_limit) {
+    Conv2d conv(3, 5, 3, 1, 1);
+    conv.set_prefix("c");
+    conv.reset_parameters(4);
+    conv.set_chunk_limit(chunk_limit);
+    const Tensor y = conv.forward(random_tensor({5, 3, 6, 7}, 36));
+    const Tensor dx = conv.backward(random_tensor(y.shape(), 37));
+    std::vector<float> out = y.to_vector(), d = dx.to_vector();
+    out.insert(out.end(), d.begin(), d.end());
+    for (Parameter* p : conv.parameters()) {
+      const auto g = p->grad.to_vector();
+      out.insert(out.end(), g.begin(), g.end());
+    }
+    return out;
+  };
+  const auto one = run(0), all = run(size_t{256} << 20), some = run(2 * 27 * 42 * sizeof(float));
+  ASSERT_EQ(one.size(), all.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(all[i], one[i], 1e-5 * (1 + std::fabs(one[i]))) << "one chunk vs per image at " << i;
+    EXPECT_NEAR(some[i], one[i], 1e-5 * (1 + std::fabs(one[i]))) << "chunks of 2 vs per image at " << i;
+  }
+}
+
 TEST(LayerGradcheck, Conv2dOutputMatchesDirectSum) {
   Conv2d conv(2, 3, 3, 2, 1);
   conv.set_prefix("c");
