@@ -30,6 +30,14 @@ class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The store was never reached before the connect deadline (nothing listening, or
+// unreachable): retrying later may succeed. Any other StoreError from connecting is a
+// refusal (another job, another protocol version) that retrying cannot fix.
+class StoreUnreachable : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 // A wait or get that ran out of time; `missing_keys` are the keys still absent
 // (without any PrefixStore prefix), so callers can say who did not arrive.
 class StoreTimeout : public StoreError {

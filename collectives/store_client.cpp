@@ -139,7 +139,7 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   // deadline, backing off so a crowd of ranks does not spin on the listener.
   while ((fd_ = try_connect(options_.host, options_.port, deadline, error)) < 0) {
     if (Clock::now() + backoff >= deadline) {
-      throw StoreError("cannot connect to " + describe() + " within " +
+      throw StoreUnreachable("cannot connect to " + describe() + " within " +
                        std::to_string(options_.connect_timeout.count()) + " ms: " + error);
     }
     std::this_thread::sleep_for(backoff);

@@ -39,9 +39,9 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 bool is_connect_failure(const StoreError& e) {
-  // TcpStore reports "cannot connect to ..." for a store that is not (yet) up; every
-  // other StoreError from the constructor is a refusal that retrying cannot fix.
-  return std::string_view(e.what()).find("cannot connect to") != std::string_view::npos;
+  // A store not (yet) up is StoreUnreachable; every other StoreError from the
+  // constructor is a refusal that retrying cannot fix.
+  return dynamic_cast<const StoreUnreachable*>(&e) != nullptr;
 }
 
 }  // namespace
