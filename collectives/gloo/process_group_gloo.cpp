@@ -3,6 +3,11 @@
 // for another's.
 #include "collectives/gloo/process_group_gloo.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -46,12 +51,40 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+// This host's address on the route to `master_addr` (a connected UDP socket sends
+// nothing; getsockname reports the source address the kernel picked), or "" when it
+// cannot be found. Unlike gethostname(), it is right when hosts share a name, as
+// network namespaces on one machine do.
+std::string local_address_towards(const std::string& master_addr) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(master_addr.c_str(), "9", &hints, &res) != 0 || !res) return "";
+  std::string out;
+  int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* a = local.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                                                 : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (inet_ntop(local.ss_family, a, text, sizeof text)) out = text;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
 std::shared_ptr<gloo::transport::Device> make_device(const std::string& master_addr) {
   gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("TANDEM_GLOO_IFNAME"); iface && *iface) {
     attr.iface = iface;
   } else if (is_loopback(master_addr)) {
     attr.hostname = "127.0.0.1";  // single-node job: peers are on this machine
+  } else if (std::string local = local_address_towards(master_addr); !local.empty()) {
+    attr.hostname = local;  // the address peers reach us on: the one routed towards the master
   } else {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);

@@ -49,9 +49,9 @@ in_ns() {
   local n="$1"
   shift
   if [ "$n" = 0 ]; then
-    ip netns exec "$NS0" env TANDEM_GLOO_IFNAME="$VETH0" "$@"
+    ip netns exec "$NS0" "$@"
   else
-    ip netns exec "$NS1" env TANDEM_GLOO_IFNAME="$VETH1" "$@"
+    ip netns exec "$NS1" "$@"
   fi
 }
 
@@ -66,11 +66,11 @@ make_mpi_agent() {
 #!/usr/bin/env bash
 host="\$1"; shift
 case "\$host" in
-  $ADDR0) ns=$NS0; dev=$VETH0 ;;
-  $ADDR1) ns=$NS1; dev=$VETH1 ;;
+  $ADDR0) ns=$NS0 ;;
+  $ADDR1) ns=$NS1 ;;
   *) echo "netns agent: unknown host \$host" >&2; exit 255 ;;
 esac
-exec ip netns exec "\$ns" env TANDEM_GLOO_IFNAME="\$dev" sh -c "\$*"
+exec ip netns exec "\$ns" sh -c "\$*"
 EOF
   chmod +x "$1"
 }
