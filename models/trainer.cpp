@@ -196,6 +196,10 @@ void run_training(const TrainConfig& c) {
     if (m.seed != c.seed || m.dataset != c.data)
       spdlog::warn("resuming a run of --data {} --seed {} with --data {} --seed {}: the data order differs",
                    m.dataset, m.seed, c.data, c.seed);
+    std::map<std::string, uint64_t> counters;
+    for (const auto& [key, value] : m.extra)
+      if (key.rfind("counter.", 0) == 0) counters[key.substr(8)] = std::stoull(value);
+    strategy->set_counters(counters);
     step = m.step;
     start = m.position_for(train_loader.batch_size(), train_loader.sampler().options().num_replicas);
     // Saved right after an epoch's last step: the loop would have moved on to the next epoch.
@@ -219,6 +223,7 @@ void run_training(const TrainConfig& c) {
     m.input_shape = {mc.in_channels, mc.height, mc.width};
     m.classes = mc.classes;
     m.lr_schedule = LrScheduleInfo{"warmup_cosine", c.lr, c.min_lr, warmup, total_steps};
+    for (const auto& [name, value] : strategy->model().counters()) m.extra["counter." + name] = std::to_string(value);
     m.mode = strategy->mode();
     m.world_size = strategy->mode() == std::string("ddp") ? replicas : 1;
     save_checkpoint(c.checkpoint_dir, strategy->model(), strategy->optimizer(), m, c.keep_last);

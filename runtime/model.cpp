@@ -57,6 +57,24 @@ void Model::fire_grad_ready(Module& module) {
   for (size_t j = ps.size(); j-- > 0;) hook_(*ps[j]);
 }
 
+std::map<std::string, uint64_t> Model::counters() const {
+  std::map<std::string, uint64_t> out;
+  for (const auto& l : layers_)
+    for (const auto& [name, value] : l.module->counters()) out[l.name + "." + name] = value;
+  return out;
+}
+
+void Model::set_counters(const std::map<std::string, uint64_t>& counters) {
+  for (const auto& [full, value] : counters) {
+    size_t dot = full.find('.');
+    std::string layer = full.substr(0, dot);
+    auto it = std::find_if(layers_.begin(), layers_.end(), [&](const Layer& l) { return l.name == layer; });
+    if (it == layers_.end() || dot == std::string::npos)
+      throw std::invalid_argument("no layer for the counter '" + full + "' in this model");
+    it->module->set_counter(full.substr(dot + 1), value);
+  }
+}
+
 Parameter* Model::find(const std::string& name) const {
   for (Parameter* p : params_)
     if (p->name == name) return p;

@@ -43,6 +43,11 @@ class Model {
   Module& layer(size_t i) { return *layers_[i].module; }
   const std::string& layer_name(size_t i) const { return layers_[i].name; }
 
+  // Every layer's counters() as "layer.name" -> value, and their restoration (a name
+  // of no layer throws std::invalid_argument naming it).
+  std::map<std::string, uint64_t> counters() const;
+  void set_counters(const std::map<std::string, uint64_t>& counters);
+
   void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
   // Spans "forward <layer>" / "backward <layer>" go to this tracer (null: none).
   void set_tracer(Tracer* tracer) { tracer_ = tracer && tracer->enabled() ? tracer : nullptr; }

@@ -2,6 +2,7 @@
 #include "runtime/module.h"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "runtime/kernels.h"
 
@@ -22,6 +23,10 @@ void fill_uniform(std::vector<float>& out, std::mt19937_64& rng, float bound) {
     float u = static_cast<float>(rng() >> 40) * (1.0f / 16777216.0f);
     v = (2.0f * u - 1.0f) * bound;
   }
+}
+
+void Module::set_counter(const std::string& name, uint64_t) {
+  throw std::invalid_argument(kind() + " has no counter '" + name + "'");
 }
 
 void Module::set_prefix(const std::string& prefix) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -40,6 +41,11 @@ class Module {
   virtual Tensor backward(const Tensor& dy) = 0;
   // Fills the parameters deterministically from the seed (PyTorch's default schemes).
   virtual void reset_parameters(uint64_t seed) {}
+  // Non-parameter state a resumed run must restore to continue bit-identically (e.g.
+  // Dropout's forward counter), as name -> integer. Checkpoints carry it in meta.json.
+  virtual std::map<std::string, uint64_t> counters() const { return {}; }
+  // Restores counters(); throws std::invalid_argument naming an unknown name.
+  virtual void set_counter(const std::string& name, uint64_t value);
 
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }

@@ -24,6 +24,11 @@ class Dropout final : public Module {
   uint64_t calls() const { return calls_; }
   // Restores the counter (a resumed run continues the same mask sequence).
   void set_calls(uint64_t calls) { calls_ = calls; }
+  std::map<std::string, uint64_t> counters() const override { return {{"calls", calls_}}; }
+  void set_counter(const std::string& name, uint64_t value) override {
+    if (name != "calls") Module::set_counter(name, value);
+    calls_ = value;
+  }
   // The kernel seed of the t-th training forward (t counts from 0).
   uint64_t mask_seed(uint64_t t) const;
 

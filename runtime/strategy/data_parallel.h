@@ -32,6 +32,9 @@ class DataParallelStrategy final : public Strategy {
   void step(float lr, PhaseTimes& times) override;
   EvalResult evaluate(DataLoader& loader) override;
   Model& model() override { return *replicas_[0]; }
+  void set_counters(const std::map<std::string, uint64_t>& counters) override {
+    for (auto& r : replicas_) r->set_counters(counters);
+  }
   Optimizer& optimizer() override { return *optimizer_; }
 
  private:

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,8 @@ class Strategy {
   virtual void barrier() {}
 
   virtual Model& model() = 0;  // the replica holding the result (rank's / device 0's)
+  // Restores layer counters (Model::counters) on every replica this process holds.
+  virtual void set_counters(const std::map<std::string, uint64_t>& counters) { model().set_counters(counters); }
   virtual Optimizer& optimizer() = 0;
   // True when every replica holds bit-identical parameters (DDP all-gathers checksums).
   virtual bool replicas_identical() { return true; }
