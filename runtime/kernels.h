@@ -47,14 +47,8 @@ class Kernels {
   virtual void mul(float* y, const float* a, const float* b, int64_t n) = 0;  // y = a*b
 
   // --- convolution and pooling -----------------------------------------------------
-  // One image (C,H,W) -> columns (C*KH*KW, OH*OW), zero padding.
-  virtual void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh,
-                      int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) = 0;
-  // Columns -> image, ADDING overlapping contributions into img (C,H,W).
-  virtual void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh,
-                          int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) = 0;
-  // A batch at once: images (N,C,H,W) -> columns (C*KH*KW, N*OH*OW), column index
-  // image*OH*OW + output pixel, so one GEMM covers the batch. Per image the same map as im2col.
+  // Images (N,C,H,W) -> columns (C*KH*KW, N*OH*OW), zero padding; column index
+  // image*OH*OW + output pixel, so one GEMM covers the batch (N = 1: one image).
   virtual void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w,
                               int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
                               int64_t ow) = 0;

@@ -59,10 +59,6 @@ class CpuKernels final : public Kernels {
                        uint64_t seed) override;
   void mul(float* y, const float* a, const float* b, int64_t n) override;
 
-  void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-              int64_t stride, int64_t pad, int64_t oh, int64_t ow) override;
-  void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                  int64_t stride, int64_t pad, int64_t oh, int64_t ow) override;
   void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
                       int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override;
   void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h, int64_t w,

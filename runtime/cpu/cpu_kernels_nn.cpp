@@ -43,16 +43,6 @@ ValidRange valid_outputs(int64_t in, int64_t out, int64_t stride, int64_t pad, i
 // (or 0); one image is the batch of one. Image-major loops keep an image's planes in
 // cache while its k*k rows are written (or read back, for col2im).
 
-void CpuKernels::im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                        int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
-  im2col_batched(col, img, 1, c, h, w, kh, kw, stride, pad, oh, ow);
-}
-
-void CpuKernels::col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh,
-                            int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
-  col2im_batched_acc(img, col, 1, c, h, w, kh, kw, stride, pad, oh, ow);
-}
-
 void CpuKernels::im2col_batched(float* __restrict col, const float* __restrict img, int64_t n, int64_t c,
                                 int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride, int64_t pad,
                                 int64_t oh, int64_t ow) {

@@ -102,16 +102,6 @@ __global__ void maxpool_backward_kernel(float* __restrict__ dx, const float* __r
 
 }  // namespace
 
-void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
-            int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
-  im2col_batched(col, img, 1, c, h, w, kh, kw, stride, pad, oh, ow, stream);
-}
-
-void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
-  col2im_batched_acc(img, col, 1, c, h, w, kh, kw, stride, pad, oh, ow, stream);
-}
-
 void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
                     int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream) {
   const int64_t total = c * kh * kw * n * oh * ow;

@@ -158,18 +158,6 @@ void CudaKernels::mul(float* y, const float* a, const float* b, int64_t n) {
 
 // --- convolution and pooling ---------------------------------------------------------
 
-void CudaKernels::im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                         int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
-  ensure_current(ctx_.device);
-  launch::im2col(col, img, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
-}
-
-void CudaKernels::col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                             int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
-  ensure_current(ctx_.device);
-  launch::col2im_acc(img, col, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
-}
-
 void CudaKernels::im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w,
                                  int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) {
   ensure_current(ctx_.device);

@@ -70,10 +70,6 @@ void count_correct(int64_t* result, const float* logits, const int32_t* labels, 
                    cudaStream_t stream);
 
 // --- conv_pool.cu ---------------------------------------------------------------------
-void im2col(float* col, const float* img, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
-            int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream);
-void col2im_acc(float* img, const float* col, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream);
 void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
                     int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream);
 void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,

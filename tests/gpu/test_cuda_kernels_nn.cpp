@@ -42,18 +42,18 @@ TEST_F(CudaKernelsNN, Im2colAndCol2imAreExact) {
     const int64_t rows = cc.c * cc.k * cc.k, cols = cc.oh() * cc.ow();
     auto img = randn(cc.c * cc.h * cc.w, 30);
     std::vector<float> col(rows * cols);
-    cpu_k().im2col(col.data(), img.data(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
+    cpu_k().im2col_batched(col.data(), img.data(), 1, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
     Tensor dimg = upload(img), dcol = upload(std::vector<float>(rows * cols, 7.f));
-    gpu_k().im2col(dcol.f32(), dimg.f32(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
+    gpu_k().im2col_batched(dcol.f32(), dimg.f32(), 1, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
     expect_bitwise(download(dcol), col, "im2col " + cc.str());
 
     auto dcol_in = randn(rows * cols, 31);
     auto acc = randn(cc.c * cc.h * cc.w, 32);  // col2im adds into what is there
     std::vector<float> want = acc;
-    cpu_k().col2im_acc(want.data(), dcol_in.data(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(),
+    cpu_k().col2im_batched_acc(want.data(), dcol_in.data(), 1, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(),
                        cc.ow());
     Tensor dacc = upload(acc), dci = upload(dcol_in);
-    gpu_k().col2im_acc(dacc.f32(), dci.f32(), cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
+    gpu_k().col2im_batched_acc(dacc.f32(), dci.f32(), 1, cc.c, cc.h, cc.w, cc.k, cc.k, cc.stride, cc.pad, cc.oh(), cc.ow());
     expect_bitwise(download(dacc), want, "col2im_acc " + cc.str());
   }
 }

@@ -421,8 +421,8 @@ TEST(CpuKernels, Im2colMatchesNaiveAndCol2imIsItsAdjoint) {
     auto img = randn(g.c * g.h * g.w, 10);
     auto c = randn(ncol, 11);
     std::vector<float> col(ncol, 99.f), back(img.size(), 0.f);
-    K().im2col(col.data(), img.data(), g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
-    K().col2im_acc(back.data(), c.data(), g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+    K().im2col_batched(col.data(), img.data(), 1, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+    K().col2im_batched_acc(back.data(), c.data(), 1, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
     double lhs = 0, rhs = 0;
     for (int64_t ch = 0; ch < g.c; ++ch)
       for (int64_t ki = 0; ki < g.k; ++ki)
@@ -455,7 +455,7 @@ TEST(CpuKernels, BatchedIm2colCol2imMatchPerImageAndAreAdjoint) {
     std::vector<float> col(rows * g.n * ohw, 99.f), one(rows * ohw);
     K().im2col_batched(col.data(), img.data(), g.n, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
     for (int64_t i = 0; i < g.n; ++i) {
-      K().im2col(one.data(), img.data() + i * chw, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+      K().im2col_batched(one.data(), img.data() + i * chw, 1, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t q = 0; q < ohw; ++q)
           ASSERT_EQ(col[(r * g.n + i) * ohw + q], one[r * ohw + q]) << "n=" << i << " row=" << r << " at " << q;
@@ -467,7 +467,7 @@ TEST(CpuKernels, BatchedIm2colCol2imMatchPerImageAndAreAdjoint) {
     for (int64_t i = 0; i < g.n; ++i) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t q = 0; q < ohw; ++q) part[r * ohw + q] = c[(r * g.n + i) * ohw + q];
-      K().col2im_acc(want.data() + i * chw, part.data(), g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
+      K().col2im_batched_acc(want.data() + i * chw, part.data(), 1, g.c, g.h, g.w, g.k, g.k, g.s, g.p, oh, ow);
     }
     for (size_t j = 0; j < back.size(); ++j) ASSERT_EQ(back[j], want[j]) << "col2im_batched_acc at " << j;
 
