@@ -114,6 +114,8 @@ class Tensor {
   // Copies to another device (or a fresh copy on the same one).
   Tensor to(Device device) const;
   Tensor clone() const { return to(device()); }
+  // This tensor when it already lives on `device`, else a copy there.
+  Tensor on(Device device) const { return this->device() == device ? *this : to(device); }
   // Copies every element of `src` (same dtype and numel) into this tensor, across devices too.
   void copy_from(const Tensor& src);
   // Host copy of the values as float (f32, f16 and bf16 are converted).

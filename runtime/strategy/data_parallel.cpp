@@ -35,7 +35,7 @@ void DataParallelStrategy::reduce_add_gradients() {
   for (size_t r = 1; r < replicas_.size(); ++r) {
     const auto& ps = replicas_[r]->parameters();
     for (size_t i = 0; i < ps.size(); ++i) {
-      Tensor g = ps[i]->grad.device() == devices_[0] ? ps[i]->grad : ps[i]->grad.to(devices_[0]);
+      Tensor g = ps[i]->grad.on(devices_[0]);
       k.axpy(master[i]->grad.f32(), g.f32(), g.numel(), 1.0f);
     }
   }
@@ -46,17 +46,18 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
   Kernels& k0 = kernels_for(devices_[0]);
   Stopwatch sw(k0);
   replicas_[0]->zero_grad();
+  // 1: parameters to every replica, once a step (micro-batches share them).
+  broadcast_parameters();
+  const double broadcast_ms = sw.lap_ms();  // nothing overlaps it: all exposed
+  times.comm_ms += broadcast_ms;
+  times.exposed_comm_ms += broadcast_ms;
   const float micro = static_cast<float>(micro_batches.size());
   double loss_sum = 0;
   for (const Batch& batch : micro_batches) {
     const int64_t rows = batch.images.dim(0);
     if (rows < n) throw std::invalid_argument("DataParallel: a batch of " + std::to_string(rows) +
                                               " samples cannot feed " + std::to_string(n) + " devices");
-    // 1-2: parameters to every replica, the batch cut into contiguous chunks.
-    broadcast_parameters();
-    const double broadcast_ms = sw.lap_ms();  // nothing overlaps it: all exposed
-    times.comm_ms += broadcast_ms;
-    times.exposed_comm_ms += broadcast_ms;
+    // 2: the batch cut into contiguous chunks.
     std::vector<int64_t> begin(n + 1, 0);
     for (int r = 0; r < n; ++r) begin[r + 1] = begin[r] + rows / n + (r < rows % n ? 1 : 0);
     const int64_t per_sample = batch.images.numel() / rows;
@@ -68,14 +69,13 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
       Shape s = sample_shape;
       s.insert(s.begin(), begin[r + 1] - begin[r]);
       Tensor x = batch.images.view(begin[r] * per_sample, s);
-      if (x.device() != devices_[r]) x = x.to(devices_[r]);
-      outputs[r] = replicas_[r]->forward(x);
+      outputs[r] = replicas_[r]->forward(x.on(devices_[r]));
     });
     // 4: gather the outputs on device 0, loss there.
     const int64_t classes = outputs[0].dim(1);
     Tensor logits = Tensor::empty({rows, classes}, DType::f32, devices_[0]);
     for (int r = 0; r < n; ++r) logits.view(begin[r] * classes, outputs[r].shape()).copy_from(outputs[r]);
-    Tensor labels = batch.labels.device() == devices_[0] ? batch.labels : batch.labels.to(devices_[0]);
+    Tensor labels = batch.labels.on(devices_[0]);
     loss_sum += loss_.forward(logits, labels);
     Tensor dlogits = loss_.backward(1.0f / (static_cast<float>(rows) * micro));
     times.forward_ms += sw.lap_ms();
@@ -83,9 +83,8 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     pool_.run_all([&](int r) {
       if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
       Tensor dy = dlogits.view(begin[r] * classes, outputs[r].shape());
-      if (dy.device() != devices_[r]) dy = dy.to(devices_[r]);
       if (r > 0) replicas_[r]->zero_grad();
-      replicas_[r]->backward(dy);
+      replicas_[r]->backward(dy.on(devices_[r]));
     });
     times.backward_ms += sw.lap_ms();
     // 7: reduce-add onto device 0.

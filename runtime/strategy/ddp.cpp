@@ -78,27 +78,15 @@ void DdpStrategy::broadcast_parameters() {
 }
 
 StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
-  Kernels& k = kernels_for(device_);
-  Stopwatch sw(k);
-  model_->zero_grad();
-  const float micro = static_cast<float>(micro_batches.size());
-  double loss_sum = 0;
-  for (size_t m = 0; m < micro_batches.size(); ++m) {
-    const Batch& batch = micro_batches[m];
-    sync_ = m + 1 == micro_batches.size();
-    if (sync_) reducer_->prepare_for_backward();
-    Tensor x = batch.images.device() == device_ ? batch.images : batch.images.to(device_);
-    Tensor y = batch.labels.device() == device_ ? batch.labels : batch.labels.to(device_);
-    Tensor logits = model_->forward(x);
-    loss_sum += loss_.forward(logits, y);
-    times.forward_ms += sw.lap_ms();
-    model_->backward(loss_.backward(1.0f / (static_cast<float>(logits.dim(0)) * micro)));
-    times.backward_ms += sw.lap_ms();
-  }
+  // The first K-1 micro-batches accumulate locally (reducer detached: no_sync); the
+  // last one's backward feeds the reducer, which overlaps the all-reduce with it.
+  double loss = accumulate_micro_batches(*model_, loss_, device_, micro_batches, times, [this](bool last) {
+    sync_ = last;
+    if (last) reducer_->prepare_for_backward();
+  });
   reducer_->finalize_backward(times);
   sync_ = false;
-  sw.lap_ms();
-  return {loss_sum / micro};
+  return {loss};
 }
 
 void DdpStrategy::step(float lr, PhaseTimes& times) {

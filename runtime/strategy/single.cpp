@@ -12,23 +12,27 @@ SingleStrategy::SingleStrategy(std::unique_ptr<Model> model, const OptimizerConf
   optimizer_ = make_optimizer(optim, model_->parameters());
 }
 
-StepOutput SingleStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
-  Kernels& k = kernels_for(device_);
-  Stopwatch sw(k);
-  model_->zero_grad();
+double accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device device,
+                                std::span<const Batch> micro_batches, PhaseTimes& times,
+                                const std::function<void(bool last)>& before_each) {
+  Stopwatch sw(kernels_for(device));
+  model.zero_grad();
   const float micro = static_cast<float>(micro_batches.size());
   double loss_sum = 0;
-  for (const Batch& batch : micro_batches) {
-    Tensor x = batch.images.device() == device_ ? batch.images : batch.images.to(device_);
-    Tensor y = batch.labels.device() == device_ ? batch.labels : batch.labels.to(device_);
-    Tensor logits = model_->forward(x);
-    loss_sum += loss_.forward(logits, y);
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    if (before_each) before_each(m + 1 == micro_batches.size());
+    const Batch& batch = micro_batches[m];
+    Tensor logits = model.forward(batch.images.on(device));
+    loss_sum += loss.forward(logits, batch.labels.on(device));
     times.forward_ms += sw.lap_ms();
-    // Mean over the whole accumulated batch: each micro-batch carries 1/K of it.
-    model_->backward(loss_.backward(1.0f / (static_cast<float>(logits.dim(0)) * micro)));
+    model.backward(loss.backward(1.0f / (static_cast<float>(logits.dim(0)) * micro)));
     times.backward_ms += sw.lap_ms();
   }
-  return {loss_sum / micro};
+  return loss_sum / micro;
+}
+
+StepOutput SingleStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
+  return {accumulate_micro_batches(*model_, loss_, device_, micro_batches, times)};
 }
 
 void SingleStrategy::step(float lr, PhaseTimes& times) {
@@ -46,8 +50,8 @@ EvalResult evaluate_model(Model& model, DataLoader& loader, Device device) {
   int64_t correct = 0, samples = 0;
   loader.set_epoch(0);
   while (std::optional<Batch> batch = loader.next()) {
-    Tensor x = batch->images.device() == device ? batch->images : batch->images.to(device);
-    Tensor y = batch->labels.device() == device ? batch->labels : batch->labels.to(device);
+    Tensor x = batch->images.on(device);
+    Tensor y = batch->labels.on(device);
     Tensor logits = model.forward(x);
     int64_t n = logits.dim(0);
     loss_sum += loss.forward(logits, y) * static_cast<double>(n);

@@ -1,7 +1,9 @@
 // Single: one process, one device, the reference every other mode must match.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 
 #include "runtime/layers/loss.h"
 #include "runtime/strategy/strategy.h"
@@ -25,6 +27,14 @@ class SingleStrategy final : public Strategy {
   SoftmaxCrossEntropy loss_;
   Device device_;
 };
+
+// Forward, loss and backward of each micro-batch on `device`, the model's gradients
+// zeroed first and then accumulated (each micro-batch carries 1/K of the mean loss).
+// `before_each(last)` runs before each micro-batch (DDP attaches its reducer to the
+// last). Returns the mean loss over the micro-batches.
+double accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device device,
+                                std::span<const Batch> micro_batches, PhaseTimes& times,
+                                const std::function<void(bool last)>& before_each = {});
 
 // Shared by every strategy: mean loss and correct count of `model` on a loader's
 // batches, on `device`.
