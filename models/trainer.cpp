@@ -276,11 +276,7 @@ void run_training(const TrainConfig& c) {
       trained_any = true;
       if (steps_this_run++ >= untimed) {  // warm-up counted from this process's start
         step_ms.push_back(ms);
-        timed_phases.forward_ms += phases.forward_ms;
-        timed_phases.backward_ms += phases.backward_ms;
-        timed_phases.comm_ms += phases.comm_ms;
-        timed_phases.exposed_comm_ms += phases.exposed_comm_ms;
-        timed_phases.optimizer_ms += phases.optimizer_ms;
+        timed_phases += phases;
       }
       ++step;
       ++epoch_steps;
@@ -331,8 +327,7 @@ void run_training(const TrainConfig& c) {
   if (!step_ms.empty()) {
     const double n = static_cast<double>(step_ms.size());
     s.samples_per_s = n * static_cast<double>(global_batch) / (timed_total_ms / 1000.0);
-    s.phase_means = {timed_phases.forward_ms / n, timed_phases.backward_ms / n, timed_phases.comm_ms / n,
-                     timed_phases.exposed_comm_ms / n, timed_phases.optimizer_ms / n};
+    s.phase_means = timed_phases.divided_by(n);
   }
   s.step_ms = step_timing_stats(step_ms);
   if (trained_any) s.final_train_loss = strategy->global_loss(last_loss);

@@ -24,6 +24,15 @@ namespace tandem {
 // was in flight; exposed_comm_ms the part the compute path waited for it.
 struct PhaseTimes {
   double forward_ms = 0, backward_ms = 0, comm_ms = 0, exposed_comm_ms = 0, optimizer_ms = 0;
+
+  PhaseTimes& operator+=(const PhaseTimes& o) {
+    forward_ms += o.forward_ms, backward_ms += o.backward_ms, comm_ms += o.comm_ms;
+    exposed_comm_ms += o.exposed_comm_ms, optimizer_ms += o.optimizer_ms;
+    return *this;
+  }
+  PhaseTimes divided_by(double n) const {
+    return {forward_ms / n, backward_ms / n, comm_ms / n, exposed_comm_ms / n, optimizer_ms / n};
+  }
 };
 
 struct StepOutput {
