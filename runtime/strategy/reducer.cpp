@@ -179,6 +179,9 @@ void Reducer::finalize_backward(PhaseTimes& times) {
 
 void Reducer::rebuild_from_rank0_order() {
   rebuilt_ = true;
+  // Nothing to order (a model without parameters; every rank agrees, DDP checked that),
+  // and params_.front() below would not exist.
+  if (params_.empty()) return;
   // Rank 0's ready order this backward, broadcast; parameters never marked (unused)
   // follow in reverse registration order.
   std::vector<int64_t> order(params_.size());

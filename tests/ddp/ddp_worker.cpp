@@ -1,29 +1,40 @@
 // DDP multi-process test worker: run one scenario on every rank (under mpirun or
 // spawn_local.sh) and exit 0 only if its checks hold on this rank.
 //   equivalence  DDP(N) with per-rank batch b == single process with batch N*b (5 steps)
+//   gradients    the zoo's MLP and CNN: after one DDP backward every parameter's averaged
+//                gradient equals the single-process gradient on the concatenated global
+//                batch within 1e-5 relative per tensor (several buckets; checked again on
+//                a second backward, after the reducer's rebuild)
+//   identical    50 steps of momentum SGD from per-rank seeds: every rank's parameters
+//                are bit-identical (all-gathered bytes, compared on every rank)
 //   no_overlap   the same parameters, bit for bit, as with overlap
-//   grad_accum   DDP with K=2 micro-batches == single process with batch 2*N*b
+//   grad_accum   DDP with K=4 micro-batches == single process with one batch of 4*N*b
 //   unused       branch model: with find_unused it trains and matches single; without, the
 //                first step fails naming the unused parameters and the option
 //   hooks        fp16 and bf16 compression stay within 1e-2 of f32 and replicas agree
 //   mismatch     rank 1 builds a different model: construction fails naming it
 //   buckets      layout rules: reverse order, first bucket capped, grads are views
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "collectives/init.h"
+#include "models/zoo.h"
 #include "runtime/kernels.h"
-#include "tests/support/compare.h"
 #include "runtime/layers/activation.h"
 #include "runtime/layers/linear.h"
 #include "runtime/strategy/ddp.h"
+#include "runtime/strategy/host_collectives.h"
 #include "runtime/strategy/single.h"
 #include "tests/ddp/branch_model.h"
+#include "tests/support/compare.h"
 
 using namespace tandem;
 
@@ -46,39 +57,65 @@ std::unique_ptr<Model> mlp(int64_t hidden = 32) {
   return m;
 }
 
-// Global batch `step` of `rows` samples (16 features, 4 classes), deterministic.
-Batch global_batch(int64_t step, int64_t rows) {
-  std::vector<float> x(rows * 16);
-  Tensor labels = Tensor::empty({rows}, DType::i32);
+// The samples a test model reads: the worker's small MLP (16 features, 4 classes) or
+// the zoo's models (MNIST-shaped images, 10 classes).
+struct DataShape {
+  Shape sample;
+  int32_t classes;
+};
+const DataShape kSmall{{16}, 4};
+const DataShape kMnist{{1, 28, 28}, 10};
+
+Batch make_batch(std::vector<float> x, std::vector<int32_t> y, const Shape& sample) {
+  Shape shape{static_cast<int64_t>(y.size())};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  Batch b;
+  b.images = Tensor::from_vector(x, shape);
+  b.labels = Tensor::empty({shape[0]}, DType::i32);
+  std::memcpy(b.labels.raw(), y.data(), y.size() * sizeof(int32_t));
+  return b;
+}
+
+// Global batch `step` of `rows` samples, deterministic.
+Batch global_batch(int64_t step, int64_t rows, const DataShape& d = kSmall) {
+  std::vector<float> x(rows * shape_numel(d.sample));
+  std::vector<int32_t> y(rows);
   uint64_t s = 0x9e3779b97f4a7c15ull * (step + 1);
   for (float& v : x) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     v = static_cast<float>((s >> 40) % 2001) / 1000.0f - 1.0f;
   }
-  for (int64_t i = 0; i < rows; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>((i * 7 + step) % 4);
-  Batch b;
-  b.images = Tensor::from_vector(x, {rows, 16});
-  b.labels = labels;
-  return b;
+  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int32_t>((i * 7 + step) % d.classes);
+  return make_batch(std::move(x), std::move(y), d.sample);
 }
+
+Shape sample_shape(const Batch& b) { return Shape(b.images.shape().begin() + 1, b.images.shape().end()); }
 
 // Rows r, r+R, ... of a global batch: replica r's share (the sampler's interleaving).
 Batch shard(const Batch& g, int rank, int world) {
-  int64_t rows = g.images.dim(0) / world;
-  std::vector<float> x(rows * 16);
-  Tensor labels = Tensor::empty({rows}, DType::i32);
-  const float* gx = g.images.f32();
+  const int64_t rows = g.images.dim(0) / world, n = shape_numel(sample_shape(g));
+  std::vector<float> x(rows * n);
+  std::vector<int32_t> y(rows);
   for (int64_t j = 0; j < rows; ++j) {
-    int64_t src = rank + j * world;
-    std::memcpy(&x[j * 16], gx + src * 16, 16 * sizeof(float));
-    labels.data<int32_t>()[j] = g.labels.data<int32_t>()[src];
+    const int64_t src = rank + j * world;
+    std::memcpy(&x[j * n], g.images.f32() + src * n, n * sizeof(float));
+    y[j] = g.labels.data<int32_t>()[src];
   }
-  Batch b;
-  b.images = Tensor::from_vector(x, {rows, 16});
-  b.labels = labels;
-  return b;
+  return make_batch(std::move(x), std::move(y), sample_shape(g));
 }
 
+// The batches one after another: what one K-times larger batch holds.
+Batch concat(const std::vector<Batch>& parts) {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  for (const Batch& b : parts) {
+    const float* px = b.images.f32();
+    const int32_t* py = b.labels.data<int32_t>();
+    x.insert(x.end(), px, px + b.images.numel());
+    y.insert(y.end(), py, py + b.labels.numel());
+  }
+  return make_batch(std::move(x), std::move(y), sample_shape(parts.front()));
+}
 
 ReducerOptions small_buckets() {
   ReducerOptions o;
@@ -89,8 +126,9 @@ ReducerOptions small_buckets() {
 
 OptimizerConfig sgd() { return OptimizerConfig{}; }
 
-// Trains `steps` steps in DDP and in a single-process reference with the same global
-// batch; returns the max relative parameter difference.
+// Trains `steps` steps in DDP (each rank: `accum` micro-batches of `per_rank` rows) and
+// in a single-process reference given the whole global batch at once (accum * N *
+// per_rank rows); returns the max relative parameter difference.
 double train_pair(std::shared_ptr<ProcessGroup> pg, ReducerOptions ro, int64_t per_rank, int64_t accum, int steps,
                   std::unique_ptr<DdpStrategy>* keep = nullptr) {
   const int world = pg->size();
@@ -106,7 +144,8 @@ double train_pair(std::shared_ptr<ProcessGroup> pg, ReducerOptions ro, int64_t p
     }
     ddp->forward_backward(micro, t);
     ddp->step(0.1f, t);
-    single.forward_backward(whole, t);
+    std::vector<Batch> one{concat(whole)};  // the K*N*b batch, not K micro-batches
+    single.forward_backward(one, t);
     single.step(0.1f, t);
   }
   check(ddp->replicas_identical(), "replicas identical");
@@ -121,6 +160,96 @@ void equivalence(std::shared_ptr<ProcessGroup> pg) {
   check(d < 1e-5, "DDP equals single with the global batch within 1e-5");
 }
 
+// Relative error of one gradient tensor: max_j |a_j - b_j| / max(max_j |b_j|, FLT_MIN),
+// b the single-process reference. The floor only keeps an all-zero reference defined
+// (then `a` must be all zero too).
+struct TensorError {
+  double error = 0;
+  std::string name;
+};
+
+TensorError worst_gradient_error(const Model& ddp, const Model& ref) {
+  TensorError worst;
+  for (size_t i = 0; i < ref.parameters().size(); ++i) {
+    auto a = ddp.parameters()[i]->grad.to_vector(), b = ref.parameters()[i]->grad.to_vector();
+    double scale = std::numeric_limits<float>::min(), diff = 0;
+    for (size_t j = 0; j < b.size(); ++j) {
+      scale = std::max(scale, static_cast<double>(std::fabs(b[j])));
+      diff = std::max(diff, std::fabs(static_cast<double>(a[j]) - b[j]));
+    }
+    if (diff / scale >= worst.error) worst = {diff / scale, ref.parameters()[i]->name};
+  }
+  return worst;
+}
+
+void gradients(std::shared_ptr<ProcessGroup> pg) {
+  const int world = pg->size();
+  const int64_t per_rank = 4;
+  ModelConfig mlp_config;
+  mlp_config.name = "mlp";
+  mlp_config.hidden = 32;
+  ModelConfig cnn_config;
+  cnn_config.name = "cnn";
+  for (const ModelConfig& config : {mlp_config, cnn_config}) {
+    DdpStrategy ddp(build_model(config, 7), sgd(), Device::cpu(), pg, small_buckets());
+    SingleStrategy single(build_model(config, 7), sgd(), Device::cpu());
+    check(ddp.buckets().size() >= 4, config.name + " is split into several buckets");
+    // The second backward runs on the buckets as finalize left them (rebuilt or kept).
+    for (int64_t pass = 0; pass < 2; ++pass) {
+      PhaseTimes t;
+      Batch g = global_batch(pass, per_rank * world, kMnist);
+      std::vector<Batch> mine{shard(g, pg->rank(), world)}, all{g};
+      ddp.forward_backward(mine, t);
+      single.forward_backward(all, t);
+      TensorError e = worst_gradient_error(ddp.model(), single.model());
+      std::printf("gradients: %s on %d %s rank(s), %zu buckets, backward %lld: worst relative error %.3g (%s)\n",
+                  config.name.c_str(), world, pg->backend_name().c_str(), ddp.buckets().size(),
+                  static_cast<long long>(pass), e.error, e.name.c_str());
+      check(e.error <= 1e-5, config.name + " gradient of " + e.name + " within 1e-5 of single");
+    }
+  }
+}
+
+void identical(std::shared_ptr<ProcessGroup> pg) {
+  const int world = pg->size(), rank = pg->rank();
+  // Per-rank seeds: only the constructor's broadcast makes the replicas start equal.
+  auto m = mlp();
+  m->reset_parameters(42 + rank);
+  DdpStrategy ddp(std::move(m), sgd(), Device::cpu(), pg, small_buckets());
+  check(sgd().momentum > 0, "momentum SGD");
+  const std::vector<float> start = ddp.model().parameters().front()->value.to_vector();
+  for (int64_t s = 0; s < 50; ++s) {
+    PhaseTimes t;
+    std::vector<Batch> mine{shard(global_batch(s, 8 * world), rank, world)};
+    ddp.forward_backward(mine, t);
+    ddp.step(0.05f, t);
+  }
+  // Every rank's parameter bytes, all-gathered, so every rank compares all of them.
+  const auto& params = ddp.model().parameters();
+  size_t bytes = 0;
+  for (const Parameter* p : params) bytes += p->value.nbytes();
+  std::vector<uint8_t> all(bytes * world);
+  size_t at = rank * bytes;
+  for (const Parameter* p : params) {
+    std::memcpy(&all[at], p->value.raw(), p->value.nbytes());
+    at += p->value.nbytes();
+  }
+  host_allgather(*pg, cpu_buffer(all.data(), static_cast<int64_t>(all.size())), Device::cpu(), pg->timeout());
+  for (int r = 1; r < world; ++r) {
+    size_t off = 0;
+    for (const Parameter* p : params) {
+      check(std::memcmp(&all[r * bytes + off], &all[off], p->value.nbytes()) == 0,
+            "after 50 steps rank " + std::to_string(r) + "'s " + p->name + " is bit-identical to rank 0's");
+      off += p->value.nbytes();
+    }
+  }
+  check(ddp.replicas_identical(), "replicas_identical() agrees");
+  for (const Parameter* p : params)
+    for (float v : p->value.to_vector()) check(std::isfinite(v), p->name + " stayed finite");
+  check(params.front()->value.to_vector() != start, "training moved the parameters");
+  std::printf("identical: %zu parameter bytes bit-identical on %d ranks after 50 steps\n", bytes, world);
+}
+
 void no_overlap(std::shared_ptr<ProcessGroup> pg) {
   std::unique_ptr<DdpStrategy> a, b;
   ReducerOptions ro = small_buckets();
@@ -131,9 +260,9 @@ void no_overlap(std::shared_ptr<ProcessGroup> pg) {
 }
 
 void grad_accum(std::shared_ptr<ProcessGroup> pg) {
-  double d = train_pair(pg, small_buckets(), 4, 2, 4);
-  std::printf("grad_accum: max relative parameter difference %.3g\n", d);
-  check(d < 1e-5, "K=2 accumulation equals the 2x batch within 1e-5");
+  double d = train_pair(pg, small_buckets(), 4, 4, 4);
+  std::printf("grad_accum: K=4, max relative parameter difference %.3g\n", d);
+  check(d < 1e-5, "K=4 accumulation equals the 4x batch within 1e-5");
 }
 
 void unused(std::shared_ptr<ProcessGroup> pg) {
@@ -253,7 +382,8 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   const std::map<std::string, std::function<void(std::shared_ptr<ProcessGroup>)>> scenarios = {
-      {"equivalence", equivalence}, {"no_overlap", no_overlap}, {"grad_accum", grad_accum},
+      {"equivalence", equivalence}, {"gradients", gradients},   {"identical", identical},
+      {"no_overlap", no_overlap},   {"grad_accum", grad_accum},
       {"unused", unused},           {"hooks", hooks},           {"mismatch", mismatch},
       {"buckets", buckets}};
   auto it = scenarios.find(scenario);
