@@ -66,6 +66,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"epochs_completed", s.epochs_completed},
       {"train_time_s", s.train_time_s},
       {"peak_rss_mb", s.peak_rss_mb},
+      {"peak_rss_mb_per_rank", s.peak_rss_mb_per_rank},
       {"peak_device_memory_mb", opt(s.peak_device_memory_mb)},
       {"seed", s.seed},
   };

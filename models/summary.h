@@ -28,7 +28,8 @@ struct RunSummary {
   std::string param_checksum;
   bool replicas_identical = true;
   std::vector<BucketInfo> buckets;
-  double peak_rss_mb = 0;
+  double peak_rss_mb = 0;                  // this process (rank 0)
+  std::vector<double> peak_rss_mb_per_rank;  // every process, by rank
   std::optional<double> peak_device_memory_mb;  // CUDA runs: the caching allocator's peak
   uint64_t seed = 0;
 };

@@ -259,10 +259,13 @@ void run_training(const TrainConfig& c) {
     while (step < total_steps) {
       auto t0 = std::chrono::steady_clock::now();
       std::vector<Batch> micro;
-      while (static_cast<int64_t>(micro.size()) < accum) {
-        std::optional<Batch> batch = train_loader.next();
-        if (!batch) break;
-        micro.push_back(std::move(*batch));
+      {
+        Tracer::Scope span(tracer.get(), "load batch");
+        while (static_cast<int64_t>(micro.size()) < accum) {
+          std::optional<Batch> batch = train_loader.next();
+          if (!batch) break;
+          micro.push_back(std::move(*batch));
+        }
       }
       if (static_cast<int64_t>(micro.size()) < accum) break;
       PhaseTimes phases;
@@ -339,6 +342,8 @@ void run_training(const TrainConfig& c) {
   s.replicas_identical = strategy->replicas_identical();
   s.buckets = strategy->buckets();
   s.peak_rss_mb = peak_rss_mb();
+  for (int64_t kib : strategy->per_rank(static_cast<int64_t>(s.peak_rss_mb * 1024.0)))
+    s.peak_rss_mb_per_rank.push_back(static_cast<double>(kib) / 1024.0);
   if (device.is_cuda()) {
     size_t peak = 0;
     for (int d = 0; d < (c.mode == "dp" ? c.devices : 1); ++d)

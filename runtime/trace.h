@@ -3,7 +3,7 @@
 // all-reduces observed on the communication track), so adding is thread-safe; a
 // disabled tracer costs one branch per span.
 //
-// Tracks (tid): 0 "compute" (forward/backward per layer, wait, optimizer),
+// Tracks (tid): 0 "compute" (batch loading, forward/backward per layer, wait, optimizer),
 //               1 "comm" (each bucket's all-reduce, from launch to completion).
 #pragma once
 

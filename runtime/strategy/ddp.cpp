@@ -117,6 +117,13 @@ bool DdpStrategy::replicas_identical() {
   return true;
 }
 
+std::vector<int64_t> DdpStrategy::per_rank(int64_t local) {
+  std::vector<int64_t> all(group_->size());
+  all[group_->rank()] = local;
+  host_allgather(*group_, cpu_buffer(all.data(), static_cast<int64_t>(all.size())), device_, group_->timeout());
+  return all;
+}
+
 void DdpStrategy::barrier() { group_->barrier()->synchronize(group_->timeout()); }
 
 }  // namespace tandem

@@ -36,6 +36,7 @@ class DdpStrategy final : public Strategy {
   bool replicas_identical() override;
   std::vector<BucketInfo> buckets() const override { return reducer_->bucket_info(); }
   void barrier() override;
+  std::vector<int64_t> per_rank(int64_t local) override;
   Reducer& reducer() { return *reducer_; }
 
  private:

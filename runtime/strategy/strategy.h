@@ -70,6 +70,9 @@ class Strategy {
   virtual double global_loss(double local_loss) { return local_loss; }
   // Waits for every rank (DDP); nothing elsewhere.
   virtual void barrier() {}
+  // Every process's `local` value, by rank (a collective in DDP: call on every rank);
+  // {local} where one process holds every replica.
+  virtual std::vector<int64_t> per_rank(int64_t local) { return {local}; }
 
   virtual Model& model() = 0;  // the replica holding the result (rank's / device 0's)
   // Restores layer counters (Model::counters) on every replica this process holds.
