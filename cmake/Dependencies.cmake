@@ -13,6 +13,16 @@ message(STATUS "tandem: CLI11 ${CLI11_VERSION}")
 find_package(nlohmann_json CONFIG REQUIRED)
 message(STATUS "tandem: nlohmann_json ${nlohmann_json_VERSION}")
 
+# FP16 (header only): IEEE half <-> float conversions for the CPU kernels and the
+# collectives' host reductions.
+find_path(FP16_INCLUDE_DIR fp16.h)
+if(NOT FP16_INCLUDE_DIR)
+  message(FATAL_ERROR "tandem: fp16.h not found (install libfp16-dev)")
+endif()
+message(STATUS "tandem: FP16 (fp16.h in ${FP16_INCLUDE_DIR})")
+add_library(tandem_fp16 INTERFACE)
+target_include_directories(tandem_fp16 INTERFACE ${FP16_INCLUDE_DIR})
+
 # OpenBLAS: the pthread variant, through its cblas interface.
 find_path(OPENBLAS_INCLUDE_DIR cblas.h
   PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas NO_DEFAULT_PATH)

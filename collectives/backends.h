@@ -22,6 +22,8 @@ struct BackendArgs {
   std::string master_addr;              // where the store lives (gloo picks its interface from it)
   std::string job_id;
   std::string group_name;
+  // The cross-rank op check (collectives/op_check.h); the CPU backends honour it.
+  bool check_ops = true;
 };
 
 std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args);

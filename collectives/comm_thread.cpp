@@ -87,20 +87,25 @@ void CommThread::loop(std::shared_ptr<State> state) {
     state->in_task = true;
     lock.unlock();
     std::exception_ptr error;
+    bool breaks = false;
     try {
       item.task();
     } catch (const std::exception& e) {
       error = std::current_exception();
-      if (item.work) {
-        std::lock_guard<std::mutex> broken_lock(state->mutex);
-        if (state->broken.empty()) state->broken = item.work->collective().describe() + " failed";
-      }
+      breaks = item.work != nullptr;
     } catch (...) {
       error = std::current_exception();
     }
-    if (item.work) item.work->finish(error);
     lock.lock();
+    // Out of the task before the work is finished: a caller woken by finish() may shut
+    // the thread down at once, and must not take a failed op for one stuck in the engine.
     state->in_task = false;
+    if (breaks && state->broken.empty()) state->broken = item.work->collective().describe() + " failed";
+    if (item.work) {
+      lock.unlock();
+      item.work->finish(error);
+      lock.lock();
+    }
   }
   state->exited = true;
   state->cv.notify_all();

@@ -108,6 +108,14 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
   if (auto restarts = lookup("TANDEM_RESTART_COUNT"); restarts && !restarts->empty()) {
     env.restart_count = parse_int("TANDEM_RESTART_COUNT", *restarts, 0, 1 << 30);
   }
+  if (auto checks = lookup("TANDEM_COLLECTIVE_CHECKS"); checks && !checks->empty()) {
+    if (*checks != "0" && *checks != "1") {
+      throw std::invalid_argument("environment variable TANDEM_COLLECTIVE_CHECKS='" + *checks +
+                                  "' must be 1 (check that every rank issues the same collective, the "
+                                  "default) or 0 (do not)");
+    }
+    env.collective_checks = *checks == "1";
+  }
   return env;
 }
 
@@ -196,6 +204,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, con
   args.master_addr = env.master_addr;
   args.job_id = env.job_id;
   args.group_name = options.group_name;
+  args.check_ops = options.check_ops && env.collective_checks;
   if (!env.master_addr.empty()) {
     if (env.rank == 0 && !env.store_hosted) {
       args.server = std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", env.master_port, env.job_id});

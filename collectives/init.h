@@ -9,6 +9,10 @@
 //
 // Rendezvous: every rank sets "arrived/<rank>" and waits for all the others; after
 // `rendezvous_timeout` the error lists the ranks whose keys are absent.
+//
+// The mpi and gloo backends check before every op that all ranks issued the same one
+// (collectives/op_check.h); InitOptions::check_ops = false or TANDEM_COLLECTIVE_CHECKS=0
+// turns that off (either one suffices).
 #pragma once
 
 #include <chrono>
@@ -38,6 +42,10 @@ struct InitOptions {
   std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(10);
   // Keys of different groups sharing one store never collide.
   std::string group_name = "default";
+  // Before each op, check that every rank passed the same op kind, dtype, counts, root
+  // and reduce op, and fail it on every rank if not (mpi and gloo; one small extra
+  // gather per op). TANDEM_COLLECTIVE_CHECKS=0 also turns it off.
+  bool check_ops = true;
 };
 
 // What the launcher (or mpirun) told this process.
@@ -51,6 +59,7 @@ struct LaunchEnv {
   std::string job_id = "tandem";
   bool store_hosted = false;  // TANDEM_STORE_HOSTED=1: the launcher hosts the store
   int restart_count = 0;      // TANDEM_RESTART_COUNT: keeps restarts' keys apart
+  bool collective_checks = true;  // TANDEM_COLLECTIVE_CHECKS=0 turns the op check off
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

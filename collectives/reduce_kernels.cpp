@@ -8,56 +8,16 @@
 #include <cstring>
 #include <string>
 
+#include <fp16.h>
+
 namespace tandem {
 
-float f16_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {  // inf or NaN
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {  // normal
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {  // zero
-    bits = sign;
-  } else {  // subnormal: normalise into a float
-    exponent = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
+// IEEE half through fp16.h (libfp16-dev), as runtime/cpu/cpu_kernels.cpp converts it:
+// round to nearest even, overflow to inf, NaN stays NaN.
+float f16_to_float(uint16_t h) { return fp16_ieee_to_fp32_value(h); }
+uint16_t float_to_f16(float f) { return fp16_ieee_from_fp32_value(f); }
 
-uint16_t float_to_f16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs >= 0x7f800000u) {  // inf or NaN (keep NaN quiet and non-zero)
-    return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
-  }
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: inf
-  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
-    if (abs < 0x33000000u) return sign;  // under half the smallest subnormal
-    const uint32_t exponent = abs >> 23;
-    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - exponent;  // 14..24
-    uint32_t half = mantissa >> shift;
-    const uint32_t rest = mantissa & ((1u << shift) - 1);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-    return sign | static_cast<uint16_t>(half);
-  }
-  // Normal: rebias the exponent, round the 13 dropped bits to nearest even.
-  uint32_t half = ((abs >> 13) - (112u << 10));
-  const uint32_t rest = abs & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
-  return sign | static_cast<uint16_t>(half);
-}
-
+// fp16.h has no bfloat16: bf16 is the top half of a float, rounded to nearest even.
 float bf16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
 uint16_t float_to_bf16(float f) {

@@ -1,7 +1,8 @@
 // Element-wise reductions on host memory for the CPU backends (MPI user ops, Gloo
 // reduce functions) and the benchmark's checks. f16 and bf16 are reduced in float
 // and rounded back to nearest-even once per pair, which is what NCCL does and what
-// makes small-integer sums exact in every dtype.
+// makes small-integer sums exact in every dtype. f16 converts through fp16.h
+// (libfp16-dev, as the runtime's kernels do); bf16, which fp16.h lacks, by hand.
 #pragma once
 
 #include <cstdint>

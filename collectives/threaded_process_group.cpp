@@ -20,6 +20,12 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
   // Nothing to move: skip the engine, but still go through the queue so handles keep
   // completing in issue order.
   if (c.op != OpType::barrier && c.bytes() == 0) engine_call = [] {};
+  if (gather_) {
+    engine_call = [gather = gather_, c, size = size(), call = std::move(engine_call)] {
+      require_ranks_agree(c, size, gather);
+      call();
+    };
+  }
   comm_.submit(work, [weak, c, call = std::move(engine_call)] {
     try {
       call();

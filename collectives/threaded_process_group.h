@@ -5,15 +5,20 @@
 //   caller:       allreduce(b0) allreduce(b1) ... compute ... w0.wait() w1.wait()
 //   comm thread:      [engine allreduce b0][engine allreduce b1]
 //
+// With the op check on (collectives/op_check.h), each task first gathers every rank's
+// fingerprint of the op and fails, on every rank alike, if they differ.
+//
 // Invariants: the engine is only ever called from the comm thread (so MPI needs no
 // more than MPI_THREAD_SERIALIZED); an engine error becomes a CollectiveError that
-// also says which ranks have not reached the op; a wait that times out breaks the
-// group, so later ops fail fast instead of running out of step with other ranks.
+// also says which ranks have not reached the op; a wait that times out, or an op the
+// ranks disagree on, breaks the group, so later ops fail fast instead of running out
+// of step with other ranks.
 #pragma once
 
 #include <functional>
 
 #include "collectives/comm_thread.h"
+#include "collectives/op_check.h"
 #include "collectives/process_group.h"
 
 namespace tandem {
@@ -23,8 +28,14 @@ class ThreadedProcessGroup : public ProcessGroup {
   explicit ThreadedProcessGroup(Setup setup);
 
   // Queues `engine_call` for `c` and returns its Work at once. Zero-byte ops (but
-  // barriers) complete in their turn without calling the engine.
+  // barriers) complete in their turn without moving data (the op check, when on,
+  // still runs for them: 0 elements on one rank and 7 on another is a mismatch).
   std::shared_ptr<Work> submit(const Collective& c, std::function<void()> engine_call);
+
+  // Turns the cross-rank op check on for every op submitted from now on. Derived
+  // constructors call it once, before the first op; `gather` must hold its engine
+  // state by value (tasks may run during the group's destruction).
+  void check_ops_with(FingerprintGather gather) { gather_ = std::move(gather); }
 
   bool accepts(Device device) const override { return device.is_cpu(); }
 
@@ -36,6 +47,7 @@ class ThreadedProcessGroup : public ProcessGroup {
 
  private:
   CommThread comm_;
+  FingerprintGather gather_;  // empty: the op check is off
 };
 
 }  // namespace tandem

@@ -65,14 +65,10 @@ class RawGloo : public Path {
         break;
       }
       case OpType::reduce_scatter: {
-        if (c.in_place) {
-          gloo_reduce_scatter_in_place(context_, c.in.data, c.out.count, c.dtype(), c.reduce);
-          if (c.out.data != c.in.data) std::memmove(c.out.data, c.in.data, c.out.bytes());
-        } else {
-          scratch_.assign(static_cast<const char*>(c.in.data), static_cast<const char*>(c.in.data) + c.in.bytes());
-          gloo_reduce_scatter_in_place(context_, scratch_.data(), c.out.count, c.dtype(), c.reduce);
-          std::memcpy(c.out.data, scratch_.data(), c.out.bytes());
-        }
+        // Gloo has no reduce-scatter function of its own that is safe to call (see
+        // gloo_reduce_scatter): the raw row is alltoall plus the local reduction.
+        gloo_reduce_scatter(context_, c.in.data, c.out.data, c.out.count, c.dtype(), c.reduce, tag,
+                            context_->getTimeout());
         break;
       }
       case OpType::barrier: {
@@ -119,7 +115,6 @@ class RawGloo : public Path {
 
   std::shared_ptr<gloo::Context> context_;
   uint32_t next_tag_ = 0;
-  std::vector<char> scratch_;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // ProcessGroupGloo: each op becomes one Gloo call on the communication thread.
 // Tags are the op's sequence number, so a late message of one op can never be taken
-// for another's.
+// for another's; the op check's gathers use tags of their own (check_tag).
 #include "collectives/gloo/process_group_gloo.h"
 
 #include <arpa/inet.h>
@@ -14,12 +14,11 @@
 #include <cstring>
 #include <vector>
 
-#include <gloo/algorithm.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -46,6 +45,11 @@ void with_storage_type(DType dtype, F&& f) {
     case DType::u8: return f.template operator()<uint8_t>();
   }
 }
+
+// Tags of the op check's gathers: bit 30 set, so they differ from the tags of the
+// group ops around them (their seqs, below 2^30 in any real job) and from the
+// benchmark's raw ops (bit 31 set).
+uint32_t check_tag(uint64_t seq) { return 0x40000000u | static_cast<uint32_t>(seq & 0x3fffffffu); }
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -93,63 +97,26 @@ std::shared_ptr<gloo::transport::Device> make_device(const std::string& master_a
   return gloo::transport::tcp::CreateDevice(attr);
 }
 
-// Gloo's old-style reduce-scatter takes a plain function pointer per element type.
-template <typename T, DType D, ReduceOp Op>
-void reduce_into(T* x, const T* y, size_t n) {
-  reduce_elements(D, Op, x, x, y, static_cast<int64_t>(n));
-}
-
-template <typename T, DType D>
-typename gloo::ReductionFunction<T>::Function* reduction_for(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg: return &reduce_into<T, D, ReduceOp::sum>;
-    case ReduceOp::min: return &reduce_into<T, D, ReduceOp::min>;
-    case ReduceOp::max: return &reduce_into<T, D, ReduceOp::max>;
-  }
-  return nullptr;
-}
-
-template <typename T>
-void run_reduce_scatter_halving_doubling(const std::shared_ptr<gloo::Context>& context, T* data,
-                                         int64_t n, typename gloo::ReductionFunction<T>::Function* fn) {
-  const int64_t total = n * context->size;
-  if (total > INT32_MAX) {
-    throw std::invalid_argument("gloo reduce_scatter: " + std::to_string(total) +
-                                " elements exceed Gloo's int count");
-  }
-  gloo::ReductionFunction<T> reduction(gloo::CUSTOM, fn);
-  std::vector<int> recv_counts(context->size, static_cast<int>(n));
-  gloo::ReduceScatterHalvingDoubling<T> algorithm(context, {data}, static_cast<int>(total), recv_counts,
-                                                  &reduction);
-  algorithm.run();
-}
-
 }  // namespace
 
-void gloo_reduce_scatter_in_place(const std::shared_ptr<gloo::Context>& context, void* data,
-                                  int64_t count_per_rank, DType dtype, ReduceOp op) {
-  const ReduceOp eop = engine_op(op);
-  switch (dtype) {
-    case DType::f32:
-      return run_reduce_scatter_halving_doubling<float>(context, static_cast<float*>(data), count_per_rank,
-                                                        reduction_for<float, DType::f32>(eop));
-    case DType::f16:
-      return run_reduce_scatter_halving_doubling<uint16_t>(context, static_cast<uint16_t*>(data), count_per_rank,
-                                                           reduction_for<uint16_t, DType::f16>(eop));
-    case DType::bf16:
-      return run_reduce_scatter_halving_doubling<uint16_t>(context, static_cast<uint16_t*>(data), count_per_rank,
-                                                           reduction_for<uint16_t, DType::bf16>(eop));
-    case DType::i32:
-      return run_reduce_scatter_halving_doubling<int32_t>(context, static_cast<int32_t*>(data), count_per_rank,
-                                                          reduction_for<int32_t, DType::i32>(eop));
-    case DType::i64:
-      return run_reduce_scatter_halving_doubling<int64_t>(context, static_cast<int64_t*>(data), count_per_rank,
-                                                          reduction_for<int64_t, DType::i64>(eop));
-    case DType::u8:
-      return run_reduce_scatter_halving_doubling<uint8_t>(context, static_cast<uint8_t*>(data), count_per_rank,
-                                                          reduction_for<uint8_t, DType::u8>(eop));
-  }
+void gloo_reduce_scatter(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
+                         int64_t count_per_rank, DType dtype, ReduceOp op, uint32_t tag,
+                         std::chrono::milliseconds timeout) {
+  const size_t slice_bytes = static_cast<size_t>(count_per_rank) * dtype_size(dtype);
+  const size_t total_bytes = slice_bytes * static_cast<size_t>(context->size);
+  // received[r] = rank r's slice `rank`: every slice of ours crosses the wire once,
+  // as in a ring reduce-scatter, and alltoall waits for its sends before returning.
+  std::vector<uint8_t> received(total_bytes);
+  gloo::AlltoallOptions opts(context);
+  opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), total_bytes);  // Gloo only reads it
+  opts.setOutput(received.data(), total_bytes);
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::alltoall(opts);
+  // In rank order, so the result does not depend on arrival order.
+  std::memcpy(out, received.data(), slice_bytes);
+  for (int r = 1; r < context->size; ++r)
+    reduce_elements(dtype, engine_op(op), out, out, received.data() + r * slice_bytes, count_per_rank);
 }
 
 ProcessGroupGloo::ProcessGroupGloo(const BackendArgs& args)
@@ -165,6 +132,18 @@ ProcessGroupGloo::ProcessGroupGloo(const BackendArgs& args)
   } catch (const std::exception& e) {
     throw CollectiveError("gloo: rank " + std::to_string(args.rank) + " could not connect to its " +
                           std::to_string(args.size - 1) + " peers: " + e.what());
+  }
+  if (args.check_ops) {
+    check_ops_with([context = context_, timeout = timeout()](const OpFingerprint& mine, OpFingerprint* all,
+                                                              uint64_t seq) {
+      OpFingerprint in = mine;  // Gloo takes a mutable input pointer
+      gloo::AllgatherOptions opts(context);
+      opts.setInput(reinterpret_cast<uint8_t*>(&in), sizeof(OpFingerprint));
+      opts.setOutput(reinterpret_cast<uint8_t*>(all), sizeof(OpFingerprint) * static_cast<size_t>(context->size));
+      opts.setTag(check_tag(seq));
+      opts.setTimeout(timeout);
+      gloo::allgather(opts);
+    });
   }
 }
 
@@ -220,21 +199,11 @@ std::shared_ptr<Work> ProcessGroupGloo::run_allgather(const Collective& c) {
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::run_reduce_scatter(const Collective& c) {
-  return submit(c, [context = context_, c] {
-    const int64_t n = c.out.count;
-    const size_t slice_bytes = c.out.bytes();
-    if (c.in_place) {
-      // The algorithm leaves this rank's result at the front of the buffer.
-      gloo_reduce_scatter_in_place(context, c.in.data, n, c.dtype(), c.reduce);
-      if (c.out.data != c.in.data) std::memmove(c.out.data, c.in.data, slice_bytes);
-    } else {
-      // It also overwrites its input, which out of place must stay intact.
-      std::vector<char> scratch(static_cast<const char*>(c.in.data),
-                                static_cast<const char*>(c.in.data) + c.in.bytes());
-      gloo_reduce_scatter_in_place(context, scratch.data(), n, c.dtype(), c.reduce);
-      std::memcpy(c.out.data, scratch.data(), slice_bytes);
-    }
-    if (c.reduce == ReduceOp::avg) divide_elements(c.dtype(), c.out.data, n, context->size);
+  return submit(c, [context = context_, c, timeout = timeout()] {
+    // In place, out is slice `rank` of in; the input is fully sent before out is written.
+    gloo_reduce_scatter(context, c.in.data, c.out.data, c.out.count, c.dtype(), c.reduce,
+                        static_cast<uint32_t>(c.seq), timeout);
+    if (c.reduce == ReduceOp::avg) divide_elements(c.dtype(), c.out.data, c.out.count, context->size);
   });
 }
 

@@ -1,6 +1,6 @@
 // The Gloo backend: Gloo's TCP transport, connected through the Tandem store, with
-// Gloo's own algorithms (allreduce, broadcast, allgather, barrier; reduce-scatter by
-// its halving-doubling algorithm) run on the communication thread.
+// Gloo's own algorithms (allreduce, broadcast, allgather, barrier; reduce-scatter on
+// its alltoall) run on the communication thread.
 // Interface: the hostname/address of this machine that peers can reach is chosen from
 // MASTER_ADDR (loopback when the store is on loopback, else this host's name), or
 // set with TANDEM_GLOO_IFNAME=<network interface>.
@@ -8,6 +8,7 @@
 // blocks forever; f16/bf16 are reduced through float by Tandem's reduce functions.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "collectives/backends.h"
@@ -40,10 +41,15 @@ class ProcessGroupGloo : public ThreadedProcessGroup {
   std::shared_ptr<gloo::Context> context_;
 };
 
-// Gloo's reduce-scatter, as the process group runs it: reduces size * n elements of
-// `data` in place; the result for this rank lands in data[0, n). Exposed for the
-// benchmark's raw rows.
-void gloo_reduce_scatter_in_place(const std::shared_ptr<gloo::Context>& context, void* data,
-                                  int64_t count_per_rank, DType dtype, ReduceOp op);
+// Reduce-scatter as the process group runs it, on Gloo's alltoall: every rank's slice j
+// of `in` (size * n elements) goes to rank j, which reduces the slices it receives in
+// rank order into `out` (n elements; may be this rank's slice of `in`). `in` is only
+// read. Sum for avg: the caller divides. Exposed for the benchmark's raw rows.
+// Gloo's own ReduceScatterHalvingDoubling is not used: its run() returns while its
+// last sends may still be reading the buffer (no waitSend), and large out-of-place
+// reduce-scatters here came back with some elements of another op's data.
+void gloo_reduce_scatter(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
+                         int64_t count_per_rank, DType dtype, ReduceOp op, uint32_t tag,
+                         std::chrono::milliseconds timeout);
 
 }  // namespace tandem

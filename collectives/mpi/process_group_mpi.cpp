@@ -85,6 +85,14 @@ ProcessGroupMPI::ProcessGroupMPI(const BackendArgs& args)
   // A duplicate keeps this group's messages apart from any other user of MPI.
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  if (args.check_ops) {
+    // On the group's own communicator, in its turn in the FIFO: MPI matches collectives
+    // by order, so the gather pairs with the same op's gather on every rank.
+    check_ops_with([comm = comm_, rank = args.rank](const OpFingerprint& mine, OpFingerprint* all, uint64_t) {
+      TANDEM_MPI_CHECK(rank, MPI_Allgather(&mine, sizeof(OpFingerprint), MPI_BYTE, all, sizeof(OpFingerprint),
+                                           MPI_BYTE, comm));
+    });
+  }
 }
 
 ProcessGroupMPI::~ProcessGroupMPI() {

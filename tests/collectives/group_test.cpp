@@ -118,6 +118,21 @@ TEST(Env, ErrorsNameTheVariable) {
   EXPECT_THROW(parse_backend("tcp"), std::invalid_argument);
 }
 
+TEST(Env, CollectiveChecksSwitch) {
+  const std::map<std::string, std::string> base = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
+                                                   {"MASTER_PORT", "1"}};
+  EXPECT_TRUE(read_launch_env(env_of(base)).collective_checks);  // on by default
+  auto with = [&](const std::string& v) {
+    auto vars = base;
+    vars["TANDEM_COLLECTIVE_CHECKS"] = v;
+    return vars;
+  };
+  EXPECT_FALSE(read_launch_env(env_of(with("0"))).collective_checks);
+  EXPECT_TRUE(read_launch_env(env_of(with("1"))).collective_checks);
+  EXPECT_NE(env_error(with("off")).find("TANDEM_COLLECTIVE_CHECKS='off' must be 1"), std::string::npos)
+      << env_error(with("off"));
+}
+
 // A backend that implements allreduce only (completing at once), to test the
 // ProcessGroup contract without any engine.
 class FakeGroup : public ProcessGroup {
@@ -195,6 +210,18 @@ TEST(CommThread, RunsInOrderAndFailsEverythingAfterAFailure) {
   EXPECT_EQ(works[2]->error_message(), "engine said no");
   EXPECT_TRUE(works[3]->is_completed());
   EXPECT_FALSE(thread.shutdown(seconds(10)));  // nothing stuck: joined, not abandoned
+}
+
+TEST(CommThread, AFailedOpIsNotTakenForAStuckOneAtShutdown) {
+  // The caller wakes as soon as the op fails and may shut down at once: the thread
+  // must be joined, not abandoned as if still inside the engine.
+  CommThread thread("test");
+  Collective c;
+  c.seq = 1;
+  auto work = std::make_shared<CompletionWork>(c, seconds(5), nullptr);
+  thread.submit(work, [] { throw std::runtime_error("ranks disagree"); });
+  EXPECT_THROW(work->wait(seconds(10)), std::runtime_error);
+  EXPECT_FALSE(thread.shutdown(seconds(10)));
 }
 
 TEST(CommThread, WaitTimeoutReportsThroughTheGroup) {

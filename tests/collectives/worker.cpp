@@ -2,11 +2,16 @@
 // tandem_test_spawn (gloo) or mpirun (mpi). Every check compares with an exactly
 // predictable value; failures print "rank R: FAIL ..." and the rank exits 1.
 //
-//   --scenario ops        every op x dtype x reduce op, in and out of place; many
-//                         outstanding handles completing in order; sequence numbers
+//   --scenario ops        every op x dtype x reduce op x count (0, 1, 7, 4097, 1M+3 per
+//                         rank), in and out of place; many outstanding handles
+//                         completing in order; sequence numbers
 //   --scenario init       rendezvous only (the driver starts fewer ranks than WORLD_SIZE)
 //   --scenario skip       the last rank skips allreduce #2; the others must fail within
 //                         --timeout-s naming op, seq, bytes and the missing rank
+//   --scenario mismatch   the last rank issues op #2 differently (--case count|zero|op|
+//                         dtype); every rank must report how the ranks disagree
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -34,127 +39,215 @@ int g_rank = -1;
     }                                                                       \
   } while (0)
 
-// Rank r's element i: small positive integers, exact in every dtype when summed.
-double value(int r, int64_t i) { return static_cast<double>((r * 7 + i) % 13 + 1); }
+// Rank r's element i: small positive integers, exact in every dtype when summed (at
+// most 13 * size; u8 and bf16 hold every integer up to 255 and 256). Periodic in i
+// with period 13, so every input and every expected result is a 13-entry table.
+constexpr int64_t kPeriod = 13;
+double value(int r, int64_t i) { return static_cast<double>((r * 7 + i) % kPeriod + 1); }
 
+// Per-rank element counts: empty, one, odd, past a page, and past Gloo's 1 MiB segments.
+constexpr int64_t kCounts[] = {0, 1, 7, 4097, 1048579};
+
+// Host memory of `capacity` elements of any dtype (8-byte aligned), zero-filled.
 struct HostBuf {
-  std::vector<uint64_t> storage;  // 8-byte aligned for every dtype
+  std::vector<uint64_t> storage;
   DType dtype;
-  int64_t count;
-  HostBuf(DType d, int64_t n) : storage((n * dtype_size(d) + 7) / 8 + 1), dtype(d), count(n) {}
-  Buffer buf() { return Buffer{storage.data(), count, dtype, Device::cpu()}; }
-  double at(int64_t i) const { return load_element(dtype, storage.data(), i); }
+  int64_t capacity;
+  HostBuf(DType d, int64_t n) : storage((n * dtype_size(d) + 7) / 8 + 1), dtype(d), capacity(n) {}
+  void* at(int64_t first) { return reinterpret_cast<char*>(storage.data()) + first * dtype_size(dtype); }
+  const void* at(int64_t first) const {
+    return reinterpret_cast<const char*>(storage.data()) + first * dtype_size(dtype);
+  }
+  Buffer buf(int64_t first, int64_t n) { return Buffer{at(first), n, dtype, Device::cpu()}; }
+  double get(int64_t i) const { return load_element(dtype, storage.data(), i); }
   void set(int64_t i, double v) { store_element(dtype, storage.data(), i, v); }
 };
 
-// The exact result of reducing `vals` with op in dtype, as the backends define it.
-double reduce_expected(DType d, ReduceOp op, const std::vector<double>& vals, int n) {
-  double r = vals[0];
-  for (size_t k = 1; k < vals.size(); ++k) {
-    if (op == ReduceOp::min) r = std::min(r, vals[k]);
-    else if (op == ReduceOp::max) r = std::max(r, vals[k]);
-    else r += vals[k];
-  }
-  if (op != ReduceOp::avg) return r;
-  HostBuf tmp(d, 1);
-  tmp.set(0, r);
-  divide_elements(d, tmp.storage.data(), 1, n);
-  return tmp.at(0);
+// One period of values in a dtype: entry k is what element i holds when i % 13 == k.
+struct Pattern {
+  HostBuf values;
+  explicit Pattern(DType d) : values(d, kPeriod) {}
+};
+
+Pattern input_pattern(DType d, int r) {
+  Pattern p(d);
+  for (int64_t k = 0; k < kPeriod; ++k) p.values.set(k, value(r, k));
+  return p;
 }
+
+// The exact result of reducing every rank's value with op in dtype d, as the backends
+// define it (avg: the exact sum, then divide_elements in d).
+Pattern reduced_pattern(DType d, ReduceOp op, int n) {
+  Pattern p(d);
+  for (int64_t k = 0; k < kPeriod; ++k) {
+    double r = value(0, k);
+    for (int q = 1; q < n; ++q) {
+      if (op == ReduceOp::min) r = std::min(r, value(q, k));
+      else if (op == ReduceOp::max) r = std::max(r, value(q, k));
+      else r += value(q, k);
+    }
+    p.values.set(k, r);
+  }
+  if (op == ReduceOp::avg) divide_elements(d, p.values.at(0), kPeriod, n);
+  return p;
+}
+
+// Element storage as an unsigned integer of the element's width: compares bit-exactly
+// (a float result is only right if every bit is) and lets one loop serve every dtype.
+template <typename F>
+void with_bits(DType d, F&& f) {
+  switch (dtype_size(d)) {
+    case 1: return f.template operator()<uint8_t>();
+    case 2: return f.template operator()<uint16_t>();
+    case 4: return f.template operator()<uint32_t>();
+    default: return f.template operator()<uint64_t>();
+  }
+}
+
+// dst[i] = pattern entry (phase + i) % 13, for i < n.
+void fill(HostBuf& dst, int64_t first, int64_t n, const Pattern& p, int64_t phase) {
+  with_bits(dst.dtype, [&]<typename T>() {
+    T* out = static_cast<T*>(dst.at(first));
+    const T* table = static_cast<const T*>(p.values.at(0));
+    for (int64_t i = 0, k = phase % kPeriod; i < n; ++i) {
+      out[i] = table[k];
+      if (++k == kPeriod) k = 0;
+    }
+  });
+}
+
+// How many of the n elements from `first` differ from the pattern (bitwise).
+int64_t mismatches(const HostBuf& got, int64_t first, int64_t n, const Pattern& p, int64_t phase) {
+  int64_t wrong = 0;
+  with_bits(got.dtype, [&]<typename T>() {
+    const T* in = static_cast<const T*>(got.at(first));
+    const T* table = static_cast<const T*>(p.values.at(0));
+    for (int64_t i = 0, k = phase % kPeriod; i < n; ++i) {
+      wrong += in[i] != table[k];
+      if (++k == kPeriod) k = 0;
+    }
+  });
+  return wrong;
+}
+
+void zero(HostBuf& b, int64_t first, int64_t n) { std::memset(b.at(first), 0, n * dtype_size(b.dtype)); }
+
+// Every op x reduce op x dtype x count, in and out of place, on two buffers sized for
+// the largest count. Outputs start as 0, which no correct result holds (every value,
+// minimum and truncated average is >= 1), and the element just past each op's output
+// must stay 0; out of place, the input must be left as it was.
+struct OpsRun {
+  ProcessGroup& g;
+  int n, rank;
+  uint64_t expected_seq;
+
+  void wait_for(const std::shared_ptr<Work>& w, const std::string& what) {
+    CHECK(w->seq() == ++expected_seq, "%s: seq %llu, expected %llu", what.c_str(), (unsigned long long)w->seq(),
+          (unsigned long long)expected_seq);
+    w->wait();
+    CHECK(w->is_success(), "%s: handle not successful", what.c_str());
+  }
+  void expect(int64_t wrong, const std::string& what, const char* which) {
+    CHECK(wrong == 0, "%s: %lld elements of %s wrong", what.c_str(), (long long)wrong, which);
+  }
+
+  void allreduce(HostBuf& a, HostBuf& b, int64_t count, ReduceOp op, bool in_place, const std::string& what) {
+    const DType d = a.dtype;
+    const Pattern mine = input_pattern(d, rank), want = reduced_pattern(d, op, n);
+    fill(a, 0, count, mine, 0);
+    zero(a, count, 1);
+    zero(b, 0, count + 1);
+    wait_for(in_place ? g.allreduce(a.buf(0, count), op) : g.allreduce(a.buf(0, count), b.buf(0, count), op), what);
+    HostBuf& out = in_place ? a : b;
+    expect(mismatches(out, 0, count, want, 0), what, "the result");
+    expect(out.get(count) != 0, what, "the guard past the output");
+    if (!in_place) expect(mismatches(a, 0, count, mine, 0), what, "the input");
+  }
+
+  void broadcast(HostBuf& a, HostBuf& b, int64_t count, bool in_place, const std::string& what) {
+    const DType d = a.dtype;
+    const int root = n - 1;  // not 0, to catch a root ignored
+    const Pattern mine = input_pattern(d, rank), want = input_pattern(d, root);
+    fill(a, 0, count, mine, 0);  // non-roots' inputs must be ignored
+    zero(a, count, 1);
+    zero(b, 0, count + 1);
+    wait_for(in_place ? g.broadcast(a.buf(0, count), root) : g.broadcast(a.buf(0, count), b.buf(0, count), root),
+             what);
+    HostBuf& out = in_place ? a : b;
+    expect(mismatches(out, 0, count, want, 0), what, "the result");
+    expect(out.get(count) != 0, what, "the guard past the output");
+    if (!in_place) expect(mismatches(a, 0, count, mine, 0), what, "the input");
+  }
+
+  void allgather(HostBuf& a, HostBuf& b, int64_t count, bool in_place, const std::string& what) {
+    const DType d = a.dtype;
+    const Pattern mine = input_pattern(d, rank);
+    zero(b, 0, count * n + 1);
+    if (in_place) {
+      fill(b, rank * count, count, mine, 0);
+    } else {
+      fill(a, 0, count, mine, 0);
+    }
+    wait_for(in_place ? g.allgather(b.buf(0, count * n)) : g.allgather(a.buf(0, count), b.buf(0, count * n)), what);
+    int64_t wrong = 0;
+    for (int r = 0; r < n; ++r) wrong += mismatches(b, r * count, count, input_pattern(d, r), 0);
+    expect(wrong, what, "the result");
+    expect(b.get(count * n) != 0, what, "the guard past the output");
+    if (!in_place) expect(mismatches(a, 0, count, mine, 0), what, "the input");
+  }
+
+  void reduce_scatter(HostBuf& a, HostBuf& b, int64_t count, ReduceOp op, bool in_place, const std::string& what) {
+    const DType d = a.dtype;
+    const Pattern mine = input_pattern(d, rank), want = reduced_pattern(d, op, n);
+    fill(a, 0, count * n, mine, 0);
+    zero(a, count * n, 1);
+    zero(b, 0, count + 1);
+    wait_for(in_place ? g.reduce_scatter(a.buf(0, count * n), op)
+                      : g.reduce_scatter(a.buf(0, count * n), b.buf(0, count), op),
+             what);
+    // In place, the result is slice `rank` (the other slices are unspecified).
+    HostBuf& out = in_place ? a : b;
+    const int64_t at = in_place ? rank * count : 0;
+    expect(mismatches(out, at, count, want, rank * count), what, "the result");
+    expect(out.get(in_place ? count * n : count) != 0, what, "the guard past the output");
+    if (!in_place) expect(mismatches(a, 0, count * n, mine, 0), what, "the input");
+  }
+};
 
 void test_ops(ProcessGroup& g) {
   const int n = g.size(), rank = g.rank();
-  const std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
-  const std::vector<ReduceOp> reduce_ops = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
-  const int64_t per_rank = 257;  // odd: uneven chunks inside the engines
-  uint64_t expected_seq = g.last_seq();
-  for (DType d : dtypes) {
-    const char* dn = dtype_name(d);
-    for (bool in_place : {false, true}) {
-      const char* where = in_place ? "in place" : "out of place";
-      // allreduce
-      for (ReduceOp op : reduce_ops) {
-        HostBuf in(d, per_rank), out(d, per_rank);
-        for (int64_t i = 0; i < per_rank; ++i) in.set(i, value(rank, i));
-        auto w = in_place ? g.allreduce(in.buf(), op) : g.allreduce(in.buf(), out.buf(), op);
-        CHECK(w->seq() == ++expected_seq, "allreduce seq %llu, expected %llu", (unsigned long long)w->seq(),
-              (unsigned long long)expected_seq);
-        w->wait();
-        CHECK(w->is_completed() && w->is_success(), "allreduce handle not successful");
-        HostBuf& res = in_place ? in : out;
-        int64_t wrong = 0;
-        for (int64_t i = 0; i < per_rank; ++i) {
-          std::vector<double> vals;
-          for (int r = 0; r < n; ++r) vals.push_back(value(r, i));
-          wrong += res.at(i) != reduce_expected(d, op, vals, n);
+  const DType dtypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
+  const ReduceOp reduce_ops[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
+  OpsRun run{g, n, rank, g.last_seq()};
+  for (int64_t count : kCounts) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t first_seq = run.expected_seq + 1;
+    for (DType d : dtypes) {
+      // Sized for the largest op of this count (allgather's output, reduce_scatter's
+      // input) plus the guard element.
+      HostBuf a(d, count * n + 1), b(d, count * n + 1);
+      for (bool in_place : {false, true}) {
+        const std::string tail = std::string(dtype_name(d)) + " " + std::to_string(count) + " elements per rank " +
+                                 (in_place ? "in place" : "out of place");
+        for (ReduceOp op : reduce_ops) {
+          run.allreduce(a, b, count, op, in_place, std::string("allreduce ") + reduce_op_str(op) + " " + tail);
         }
-        CHECK(wrong == 0, "allreduce %s %s %s: %lld wrong", dn, reduce_op_str(op), where, (long long)wrong);
-      }
-      // broadcast from the last rank (not 0, to catch a root ignored)
-      {
-        const int root = n - 1;
-        HostBuf in(d, per_rank), out(d, per_rank);
-        for (int64_t i = 0; i < per_rank; ++i) in.set(i, rank == root ? value(root, i) : 0);
-        auto w = in_place ? g.broadcast(in.buf(), root) : g.broadcast(in.buf(), out.buf(), root);
-        CHECK(w->seq() == ++expected_seq, "broadcast seq");
-        w->wait();
-        HostBuf& res = in_place ? in : out;
-        int64_t wrong = 0;
-        for (int64_t i = 0; i < per_rank; ++i) wrong += res.at(i) != value(root, i);
-        CHECK(wrong == 0, "broadcast %s %s: %lld wrong", dn, where, (long long)wrong);
-      }
-      // allgather
-      {
-        HostBuf in(d, per_rank), out(d, per_rank * n);
-        HostBuf& src = in_place ? out : in;
-        const int64_t base = in_place ? rank * per_rank : 0;
-        for (int64_t i = 0; i < per_rank; ++i) src.set(base + i, value(rank, i));
-        auto w = in_place ? g.allgather(out.buf()) : g.allgather(in.buf(), out.buf());
-        CHECK(w->seq() == ++expected_seq, "allgather seq");
-        w->wait();
-        int64_t wrong = 0;
-        for (int64_t i = 0; i < per_rank * n; ++i) wrong += out.at(i) != value(static_cast<int>(i / per_rank), i % per_rank);
-        CHECK(wrong == 0, "allgather %s %s: %lld wrong", dn, where, (long long)wrong);
-      }
-      // reduce_scatter
-      for (ReduceOp op : reduce_ops) {
-        HostBuf in(d, per_rank * n), out(d, per_rank);
-        for (int64_t i = 0; i < per_rank * n; ++i) in.set(i, value(rank, i));
-        auto w = in_place ? g.reduce_scatter(in.buf(), op) : g.reduce_scatter(in.buf(), out.buf(), op);
-        CHECK(w->seq() == ++expected_seq, "reduce_scatter seq");
-        w->wait();
-        int64_t wrong = 0;
-        for (int64_t i = 0; i < per_rank; ++i) {
-          const int64_t j = rank * per_rank + i;
-          std::vector<double> vals;
-          for (int r = 0; r < n; ++r) vals.push_back(value(r, j));
-          const double got = in_place ? in.at(j) : out.at(i);
-          wrong += got != reduce_expected(d, op, vals, n);
-        }
-        CHECK(wrong == 0, "reduce_scatter %s %s %s: %lld wrong", dn, reduce_op_str(op), where, (long long)wrong);
-        if (!in_place) {  // out of place leaves the input alone
-          int64_t changed = 0;
-          for (int64_t i = 0; i < per_rank * n; ++i) changed += in.at(i) != value(rank, i);
-          CHECK(changed == 0, "reduce_scatter %s modified its input", dn);
+        run.broadcast(a, b, count, in_place, "broadcast " + tail);
+        run.allgather(a, b, count, in_place, "allgather " + tail);
+        for (ReduceOp op : reduce_ops) {
+          run.reduce_scatter(a, b, count, op, in_place,
+                             std::string("reduce_scatter ") + reduce_op_str(op) + " " + tail);
         }
       }
     }
-  }
-  // A large allreduce: several engine segments (Gloo cuts at 1 MiB).
-  {
-    const int64_t count = (3 << 20) / 4 + 5;
-    HostBuf buf(DType::f32, count);
-    for (int64_t i = 0; i < count; ++i) buf.set(i, value(rank, i));
-    g.allreduce(buf.buf())->wait();
-    ++expected_seq;
-    int64_t wrong = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      double want = 0;
-      for (int r = 0; r < n; ++r) want += value(r, i);
-      wrong += buf.at(i) != want;
+    if (rank == 0) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("rank 0: %lld elements per rank: ops #%llu-#%llu in %.2f s\n", (long long)count,
+                  (unsigned long long)first_seq, (unsigned long long)run.expected_seq, s);
+      std::fflush(stdout);
     }
-    CHECK(wrong == 0, "large allreduce: %lld wrong", (long long)wrong);
   }
+  uint64_t expected_seq = run.expected_seq;
   // Many outstanding handles: issued back to back, they complete in order.
   {
     constexpr int kHandles = 64;
@@ -164,7 +257,7 @@ void test_ops(ProcessGroup& g) {
       for (int64_t i = 0; i < 1000; ++i) bufs.back().set(i, k + rank);
     }
     std::vector<std::shared_ptr<Work>> works;
-    for (int k = 0; k < kHandles; ++k) works.push_back(g.allreduce(bufs[k].buf()));
+    for (int k = 0; k < kHandles; ++k) works.push_back(g.allreduce(bufs[k].buf(0, 1000)));
     for (int k = 0; k < kHandles; ++k) {
       CHECK(works[k]->seq() == expected_seq + 1 + k, "handle %d has seq %llu", k, (unsigned long long)works[k]->seq());
     }
@@ -178,7 +271,7 @@ void test_ops(ProcessGroup& g) {
     int64_t wrong = 0;
     for (int k = 0; k < kHandles; ++k) {
       const double want = k * n + n * (n - 1) / 2;
-      for (int64_t i = 0; i < 1000; ++i) wrong += bufs[k].at(i) != want;
+      for (int64_t i = 0; i < 1000; ++i) wrong += bufs[k].get(i) != want;
     }
     CHECK(wrong == 0, "outstanding handles: %lld wrong", (long long)wrong);
   }
@@ -187,7 +280,7 @@ void test_ops(ProcessGroup& g) {
     HostBuf a(DType::f32, 10), b(DType::f32, 11);
     bool threw = false;
     try {
-      g.allreduce(a.buf(), b.buf());
+      g.allreduce(a.buf(0, 10), b.buf(0, 11));
     } catch (const std::invalid_argument&) {
       threw = true;
     }
@@ -238,10 +331,57 @@ int test_skip(ProcessGroup& g) {
   return 1;  // as a training program would: exit 1 after a collective timeout
 }
 
+// The last rank issues op #2 differently from the others (--case count: 999 elements
+// instead of 1000; zero: 0 instead of 7; op: broadcast instead of allreduce; dtype: i32
+// instead of f32, the same bytes). With the op check on, every rank must get a
+// CollectiveError saying how the ranks disagree, and op #3 must then fail at once.
+// With --detected 0 (the check turned off) op #2 must simply complete: nothing caught.
+int test_mismatch(ProcessGroup& g, const std::string& which, bool detected) {
+  const bool odd = g.rank() == g.size() - 1;
+  std::vector<float> f(1000, 1.0f);
+  std::vector<int32_t> i(1000, 1);
+  g.allreduce(cpu_buffer(f.data(), 1000))->wait();  // #1: the group works
+  std::shared_ptr<Work> w;
+  if (which == "count") {
+    w = g.allreduce(cpu_buffer(f.data(), odd ? 999 : 1000));
+  } else if (which == "zero") {
+    w = g.allreduce(cpu_buffer(f.data(), odd ? 0 : 7));
+  } else if (which == "op") {
+    w = odd ? g.broadcast(cpu_buffer(f.data(), 1000), 0) : g.allreduce(cpu_buffer(f.data(), 1000));
+  } else if (which == "dtype") {
+    w = odd ? g.allreduce(cpu_buffer(i.data(), 1000)) : g.allreduce(cpu_buffer(f.data(), 1000));
+  } else {
+    std::printf("rank %d: unknown --case %s (count, zero, op, dtype)\n", g.rank(), which.c_str());
+    return 2;
+  }
+  try {
+    w->wait();
+    std::printf("rank %d: %s mismatch not reported\n", g.rank(), which.c_str());
+    return detected ? 1 : 0;
+  } catch (const CollectiveTimeout& e) {
+    std::printf("rank %d: FAIL: timed out instead of reporting the mismatch: %s\n", g.rank(), e.what());
+    return 1;
+  } catch (const CollectiveError& e) {
+    std::printf("rank %d: reported: %s\n", g.rank(), e.what());
+    if (!detected) return 1;
+  }
+  std::fflush(stdout);
+  try {
+    g.allreduce(cpu_buffer(f.data(), 1000))->wait();
+    std::printf("rank %d: FAIL: an op after the mismatch succeeded\n", g.rank());
+    return 1;
+  } catch (const CollectiveError& e) {
+    std::printf("rank %d: later op failed fast: %s\n", g.rank(), e.what());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string scenario = "ops", backend = "auto";
+  std::string scenario = "ops", backend = "auto", mismatch_case = "count";
+  bool detected = true;
   double timeout_s = 60, rendezvous_s = 60;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -249,6 +389,8 @@ int main(int argc, char** argv) {
     else if (a == "--backend") backend = argv[i + 1];
     else if (a == "--timeout-s") timeout_s = std::stod(argv[i + 1]);
     else if (a == "--rendezvous-timeout-s") rendezvous_s = std::stod(argv[i + 1]);
+    else if (a == "--case") mismatch_case = argv[i + 1];
+    else if (a == "--detected") detected = std::string(argv[i + 1]) != "0";
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -266,6 +408,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (scenario == "skip") return test_skip(*group);
+    if (scenario == "mismatch") return test_mismatch(*group, mismatch_case, detected);
     test_ops(*group);
     std::printf("rank %d: %s world %d: %d checks, %d failed\n", g_rank, group->backend_name().c_str(),
                 group->size(), g_checks, g_failures);
