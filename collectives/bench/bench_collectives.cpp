@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")->check(CLI::Range(0, 1 << 24));
   app.add_option("--dtype", dtype, "element type")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_flag("--check", check, "check every result element against its exact value");
-  app.add_flag("--raw", raw, "also time the engine called directly");
-  app.add_option("--json", json_path, "rank 0 also writes the rows as JSON to FILE");
+  app.add_flag("--raw", raw, "also time the engine called directly (MPI_* or gloo::*), taking turns with the group at each size");
+  app.add_option("--json", json_path, "rank 0 also writes the rows as JSON to FILE: one object per size and placement with size, count, time_us, algbw, busbw, wrong, in_place, raw");
   app.add_option("--timeout-s", timeout_s, "collective and rendezvous timeout")->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
@@ -106,26 +106,26 @@ int main(int argc, char** argv) {
 
     if (printer) bench::print_header(cfg, *group);
     auto path = bench::make_group_path(*group);
-    std::vector<bench::Row> rows = bench::run_sizes(cfg, *group, *path, *memory);
-    if (printer) bench::print_table(cfg, path->name(), rows);
+    std::vector<bench::Path*> paths{path.get()};
+    std::unique_ptr<bench::Path> raw_path;
     if (cfg.raw) {
-      std::unique_ptr<bench::Path> raw_path = group->backend_name() == "mpi" ? bench::make_raw_mpi_path(*group)
-                                              : group->backend_name() == "gloo" ? bench::make_raw_gloo_path(*group)
-                                                                                : nullptr;
-      if (raw_path) {
-        std::vector<bench::Row> raw_rows = bench::run_sizes(cfg, *group, *raw_path, *memory);
-        if (printer) bench::print_table(cfg, raw_path->name(), raw_rows);
-        rows.insert(rows.end(), raw_rows.begin(), raw_rows.end());
-      } else if (printer) {
-        std::printf("# --raw: no raw path for the %s backend in this build\n", group->backend_name().c_str());
-      }
+      raw_path = group->backend_name() == "mpi"    ? bench::make_raw_mpi_path(*group)
+                 : group->backend_name() == "gloo" ? bench::make_raw_gloo_path(*group)
+                                                   : nullptr;
+      if (raw_path) paths.push_back(raw_path.get());
+      else if (printer) std::printf("# --raw: no raw path for the %s backend in this build\n", group->backend_name().c_str());
+    }
+    std::vector<bench::Row> rows;
+    for (const std::vector<bench::Row>& table : bench::run_sizes(cfg, *group, paths, *memory)) {
+      if (printer && !table.empty()) bench::print_table(cfg, table.front().path, table);
+      rows.insert(rows.end(), table.begin(), table.end());
     }
     int64_t wrong = 0;
     for (const auto& r : rows) wrong += r.out_of_place.wrong.value_or(0) + r.in_place.wrong.value_or(0);
     if (printer && cfg.check) std::printf("# Wrong values: %lld %s\n", static_cast<long long>(wrong), wrong ? "FAILED" : "OK");
     if (printer && !cfg.json_path.empty()) {
       std::ofstream out(cfg.json_path);
-      out << bench::rows_json(cfg, *group, rows) << "\n";
+      out << bench::rows_json(cfg, *group, rows, raw_path ? raw_path->name() : std::string()) << "\n";
       if (!out) throw std::runtime_error("cannot write --json file " + cfg.json_path);
     }
     if (wrong > 0) {

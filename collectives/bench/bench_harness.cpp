@@ -170,32 +170,54 @@ Cell measure(const Config& cfg, ProcessGroup& g, Path& path, Memory& memory, con
 std::unique_ptr<Path> make_group_path(ProcessGroup& group) { return std::make_unique<GroupPath>(group); }
 std::unique_ptr<Memory> make_host_memory() { return std::make_unique<HostMemory>(); }
 
-std::vector<Row> run_sizes(const Config& cfg, ProcessGroup& g, Path& path, Memory& memory) {
+std::vector<std::vector<Row>> run_sizes(const Config& cfg, ProcessGroup& g, const std::vector<Path*>& paths,
+                                        Memory& memory) {
   const size_t eb = dtype_size(cfg.dtype);
   const size_t cap = static_cast<size_t>(cfg.max_bytes) + eb * g.size();
   void* in_buf = memory.alloc(cap);
   void* out_buf = memory.alloc(cap);
   std::vector<char> host(cap);
-  std::vector<Row> rows;
+  std::vector<std::vector<Row>> tables(paths.size());
+  // Warm every path up at the largest size first, as nccl-tests does: the first large
+  // messages pay for connection buffers growing (Gloo's TCP sockets), which must not be
+  // charged to whichever path happens to run the first size.
+  {
+    int64_t largest = cfg.min_bytes;
+    while (largest <= cfg.max_bytes / cfg.factor) largest *= cfg.factor;
+    int64_t count = largest / static_cast<int64_t>(eb);
+    if (cfg.op == OpType::allgather || cfg.op == OpType::reduce_scatter) count -= count % g.size();
+    if (count > 0) {
+      for (Path* path : paths) {
+        for (bool in_place : {false, true}) {
+          const Collective c = make_op(cfg, g, in_buf, out_buf, count, in_place, memory.device());
+          std::shared_ptr<Work> last;
+          for (int i = 0; i < cfg.warmup; ++i) last = path->issue(c);
+          path->drain(last);
+        }
+      }
+    }
+  }
   for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.factor) {
     int64_t count = bytes / static_cast<int64_t>(eb);
     if (cfg.op == OpType::allgather || cfg.op == OpType::reduce_scatter) count -= count % g.size();
     if (count > 0) {
-      Row row;
-      row.path = path.name();
-      row.count = count;
-      row.bytes = count * static_cast<int64_t>(eb);
       const Collective oop = make_op(cfg, g, in_buf, out_buf, count, false, memory.device());
       const Collective ip = make_op(cfg, g, in_buf, out_buf, count, true, memory.device());
-      row.out_of_place = measure(cfg, g, path, memory, oop, host, out_buf, count, row.bytes);
-      row.in_place = measure(cfg, g, path, memory, ip, host, out_buf, count, row.bytes);
-      rows.push_back(row);
+      for (size_t p = 0; p < paths.size(); ++p) {
+        Row row;
+        row.path = paths[p]->name();
+        row.count = count;
+        row.bytes = count * static_cast<int64_t>(eb);
+        row.out_of_place = measure(cfg, g, *paths[p], memory, oop, host, out_buf, count, row.bytes);
+        row.in_place = measure(cfg, g, *paths[p], memory, ip, host, out_buf, count, row.bytes);
+        tables[p].push_back(row);
+      }
     }
     if (bytes > cfg.max_bytes / cfg.factor) break;  // next step would pass the maximum
   }
   memory.free(in_buf);
   memory.free(out_buf);
-  return rows;
+  return tables;
 }
 
 void print_header(const Config& cfg, const ProcessGroup& g) {
@@ -229,23 +251,26 @@ void print_table(const Config& cfg, const std::string& title, const std::vector<
   std::fflush(stdout);
 }
 
-std::string rows_json(const Config& cfg, const ProcessGroup& g, const std::vector<Row>& rows) {
+std::string rows_json(const Config& cfg, const ProcessGroup& g, const std::vector<Row>& rows,
+                      const std::string& raw_path) {
   using nlohmann::json;
-  const auto cell = [](const Cell& c) {
-    return json{{"time_us", c.time_us},
-                {"algbw_gbps", c.algbw},
-                {"busbw_gbps", c.busbw},
-                {"wrong", c.wrong ? json(*c.wrong) : json(nullptr)}};
-  };
   json out = {{"op", op_str(cfg.op)},   {"backend", g.backend_name()}, {"world_size", g.size()},
               {"dtype", dtype_name(cfg.dtype)}, {"iters", cfg.iters},  {"warmup", cfg.warmup},
               {"rows", json::array()}};
+  // One row per size and placement, as the table prints them.
   for (const Row& r : rows) {
-    out["rows"].push_back({{"path", r.path},
-                           {"bytes", r.bytes},
-                           {"count", r.count},
-                           {"out_of_place", cell(r.out_of_place)},
-                           {"in_place", cell(r.in_place)}});
+    for (bool in_place : {false, true}) {
+      const Cell& c = in_place ? r.in_place : r.out_of_place;
+      out["rows"].push_back({{"path", r.path},
+                             {"raw", r.path == raw_path},
+                             {"in_place", in_place},
+                             {"size", r.bytes},
+                             {"count", r.count},
+                             {"time_us", c.time_us},
+                             {"algbw", c.algbw},
+                             {"busbw", c.busbw},
+                             {"wrong", c.wrong ? json(*c.wrong) : json(nullptr)}});
+    }
   }
   return out.dump(2);
 }

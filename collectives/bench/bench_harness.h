@@ -72,11 +72,17 @@ struct Row {
   Cell in_place;
 };
 
-// Runs every size on `path`; all ranks return the same rows.
-std::vector<Row> run_sizes(const Config& config, ProcessGroup& group, Path& path, Memory& memory);
+// Runs every size on every path, the paths taking turns at each size (so drift in the
+// machine's speed during a run does not favour the path measured first); returns one
+// table of rows per path, the same on all ranks.
+std::vector<std::vector<Row>> run_sizes(const Config& config, ProcessGroup& group, const std::vector<Path*>& paths,
+                                        Memory& memory);
 
 void print_header(const Config& config, const ProcessGroup& group);
 void print_table(const Config& config, const std::string& title, const std::vector<Row>& rows);
-std::string rows_json(const Config& config, const ProcessGroup& group, const std::vector<Row>& rows);
+// --json: {"op", "backend", ..., "rows": [{"path", "raw", "in_place", "size", "count",
+// "time_us", "algbw", "busbw", "wrong"}, ...]}; "raw" is true on rows of `raw_path`.
+std::string rows_json(const Config& config, const ProcessGroup& group, const std::vector<Row>& rows,
+                      const std::string& raw_path);
 
 }  // namespace tandem::bench
