@@ -19,6 +19,7 @@ void CompletionWork::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
+    done_at_ = std::chrono::steady_clock::now();
     error_ = std::move(error);
   }
   done_cv_.notify_all();
@@ -37,6 +38,12 @@ void CompletionWork::wait(std::chrono::milliseconds timeout) {
     error = error_;
   }
   if (error) std::rethrow_exception(error);
+}
+
+std::optional<std::chrono::steady_clock::time_point> CompletionWork::completed_at() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) return std::nullopt;
+  return done_at_;
 }
 
 bool CompletionWork::is_completed() const {

@@ -11,6 +11,8 @@
 //   synchronize(timeout) blocks the host until the op completes, on every backend.
 //   is_completed()       true once the op finished, successfully or not. Never blocks.
 //   exception()          the error it finished with (null while running or on success).
+//   completed_at()       when the op finished on the host, where the backend knows it
+//                        (CPU backends); empty while running and on device backends.
 //
 // Invariant: handles of one group complete in the order their ops were issued (once
 // the group is broken, ops issued after that fail at once); the buffers passed to an
@@ -22,6 +24,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "collectives/types.h"
@@ -43,6 +46,7 @@ class Work {
   virtual std::exception_ptr exception() const = 0;
 
   bool is_success() const { return is_completed() && !exception(); }
+  virtual std::optional<std::chrono::steady_clock::time_point> completed_at() const { return std::nullopt; }
   // The error's message, or "" when there is none.
   std::string error_message() const;
 
@@ -73,12 +77,14 @@ class CompletionWork : public Work {
   void wait(std::chrono::milliseconds timeout) override;
   bool is_completed() const override;
   std::exception_ptr exception() const override;
+  std::optional<std::chrono::steady_clock::time_point> completed_at() const override;
 
  private:
   TimeoutReporter on_timeout_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
+  std::chrono::steady_clock::time_point done_at_{};
   std::exception_ptr error_;
 };
 

@@ -160,10 +160,12 @@ void Reducer::finalize_backward(PhaseTimes& times) {
     // CPU backends: blocks until reduced. nccl: makes the compute stream wait for the
     // communication stream; the host goes on (no host synchronisation inside a step).
     b.work->wait(options_.timeout);
-    auto done = Tracer::Clock::now();
+    // When the op really finished (it may have been long before this wait), where the
+    // backend knows it; else when the wait saw it.
+    const auto done = b.work->completed_at().value_or(Tracer::Clock::now());
     b.hook->finish(b.flat);
     if (!any || b.launched_at < first_launch) first_launch = b.launched_at;
-    last_done = done;
+    if (!any || done > last_done) last_done = done;
     any = true;
     if (tracer_)
       tracer_->add("allreduce bucket " + std::to_string(i) + " (" + std::to_string(b.flat.nbytes()) + " B)",

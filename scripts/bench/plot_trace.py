@@ -56,7 +56,7 @@ def main():
     a = p.parse_args()
 
     ranks = [window(load(t), a.skip, a.steps) for t in a.traces]
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 1.1 * len(ranks)))
+    fig, ax = plt.subplots(figsize=(12, 0.6 + 1.0 * len(ranks)))
     labels, ticks = [], []
     for r, (spans, lo, _) in enumerate(ranks):
         base = (len(ranks) - 1 - r) * 2.5
@@ -74,7 +74,7 @@ def main():
               labels=["load batch", "forward", "backward", "wait for gradients", "optimizer", "bucket all-reduce"],
               loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=6, frameon=False)
     fig.tight_layout()
-    fig.savefig(a.out, dpi=110)
+    fig.savefig(a.out, dpi=110, bbox_inches="tight")
     print(f"plot: {a.out}")
 
 

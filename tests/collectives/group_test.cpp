@@ -224,6 +224,21 @@ TEST(CommThread, AFailedOpIsNotTakenForAStuckOneAtShutdown) {
   EXPECT_FALSE(thread.shutdown(seconds(10)));
 }
 
+TEST(CompletionWork, KnowsWhenItFinished) {
+  // The reducer's trace and comm_ms take the finishing time from here, not from when
+  // the training thread got round to waiting.
+  Collective c;
+  c.seq = 1;
+  CompletionWork work(c, seconds(5), nullptr);
+  EXPECT_FALSE(work.completed_at().has_value());
+  const auto before = std::chrono::steady_clock::now();
+  work.finish();
+  const auto after = std::chrono::steady_clock::now();
+  ASSERT_TRUE(work.completed_at().has_value());
+  EXPECT_GE(*work.completed_at(), before);
+  EXPECT_LE(*work.completed_at(), after);
+}
+
 TEST(CommThread, WaitTimeoutReportsThroughTheGroup) {
   CommThread thread("test");
   Collective c;
