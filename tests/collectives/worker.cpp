@@ -151,6 +151,16 @@ struct OpsRun {
     CHECK(wrong == 0, "%s: %lld elements of %s wrong", what.c_str(), (long long)wrong, which);
   }
 
+  // The result (in a in place, else in b), the element past it (never written) and, out
+  // of place, the input (left alone).
+  void expect_result(HostBuf& a, HostBuf& b, int64_t count, const Pattern& want, const Pattern& mine, bool in_place,
+                     const std::string& what) {
+    HostBuf& out = in_place ? a : b;
+    expect(mismatches(out, 0, count, want, 0), what, "the result");
+    expect(out.get(count) != 0, what, "the guard past the output");
+    if (!in_place) expect(mismatches(a, 0, count, mine, 0), what, "the input");
+  }
+
   void allreduce(HostBuf& a, HostBuf& b, int64_t count, ReduceOp op, bool in_place, const std::string& what) {
     const DType d = a.dtype;
     const Pattern mine = input_pattern(d, rank), want = reduced_pattern(d, op, n);
@@ -158,10 +168,7 @@ struct OpsRun {
     zero(a, count, 1);
     zero(b, 0, count + 1);
     wait_for(in_place ? g.allreduce(a.buf(0, count), op) : g.allreduce(a.buf(0, count), b.buf(0, count), op), what);
-    HostBuf& out = in_place ? a : b;
-    expect(mismatches(out, 0, count, want, 0), what, "the result");
-    expect(out.get(count) != 0, what, "the guard past the output");
-    if (!in_place) expect(mismatches(a, 0, count, mine, 0), what, "the input");
+    expect_result(a, b, count, want, mine, in_place, what);
   }
 
   void broadcast(HostBuf& a, HostBuf& b, int64_t count, bool in_place, const std::string& what) {
@@ -173,10 +180,7 @@ struct OpsRun {
     zero(b, 0, count + 1);
     wait_for(in_place ? g.broadcast(a.buf(0, count), root) : g.broadcast(a.buf(0, count), b.buf(0, count), root),
              what);
-    HostBuf& out = in_place ? a : b;
-    expect(mismatches(out, 0, count, want, 0), what, "the result");
-    expect(out.get(count) != 0, what, "the guard past the output");
-    if (!in_place) expect(mismatches(a, 0, count, mine, 0), what, "the input");
+    expect_result(a, b, count, want, mine, in_place, what);
   }
 
   void allgather(HostBuf& a, HostBuf& b, int64_t count, bool in_place, const std::string& what) {
