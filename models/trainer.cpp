@@ -274,6 +274,7 @@ void run_training(const TrainConfig& c) {
         Tracer::Scope span(tracer.get(), "optimizer step");
         strategy->step(schedule.at(step), phases);
       }
+      phases.resolve();  // the step's one wait for the device: its phase times
       double ms = ms_since(t0);
       last_loss = out.loss;
       trained_any = true;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "runtime/tensor.h"
 
@@ -106,6 +107,17 @@ class Kernels {
 
   // Waits for every kernel issued on this device's compute stream (no-op on CPU).
   virtual void synchronize() = 0;
+
+  // --- timing without stopping the device -----------------------------------------
+  // A point in this device's compute-stream order: the host clock on the CPU, an event
+  // on CUDA. elapsed_ms(from, to) waits for `to` alone (not for work queued after it),
+  // so a step can mark its phases and read them once it is over, instead of
+  // synchronising the device at every phase.
+  struct TimeMark {
+    virtual ~TimeMark() = default;
+  };
+  virtual std::shared_ptr<TimeMark> mark() = 0;
+  virtual double elapsed_ms(const TimeMark& from, const TimeMark& to) = 0;
 };
 
 // The kernels of `device`. Throws a clear error for CUDA in a build without it.

@@ -6,6 +6,8 @@
 // overwrite) and keeps no state between calls, so one instance serves every thread.
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 
 #include "runtime/kernels.h"
@@ -94,6 +96,16 @@ class CpuKernels final : public Kernels {
   void bf16_to_f32(float* dst, const uint16_t* src, int64_t n) override;
 
   void synchronize() override {}
+
+  struct HostMark final : TimeMark {
+    std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
+  };
+  std::shared_ptr<TimeMark> mark() override { return std::make_shared<HostMark>(); }
+  double elapsed_ms(const TimeMark& from, const TimeMark& to) override {
+    return std::chrono::duration<double, std::milli>(static_cast<const HostMark&>(to).at -
+                                                     static_cast<const HostMark&>(from).at)
+        .count();
+  }
 };
 
 }  // namespace tandem::cpu

@@ -295,4 +295,35 @@ void CudaKernels::bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
 
 void CudaKernels::synchronize() { ctx_.synchronize(); }
 
+namespace {
+// A timing event recorded on the compute stream. Destroying it while pending is legal:
+// CUDA frees it once it fires.
+struct EventMark final : Kernels::TimeMark {
+  int device = 0;
+  cudaEvent_t event = nullptr;
+  ~EventMark() override {
+    if (event) cudaEventDestroy(event);
+  }
+};
+}  // namespace
+
+std::shared_ptr<Kernels::TimeMark> CudaKernels::mark() {
+  ensure_current(ctx_.device);
+  auto m = std::make_shared<EventMark>();
+  m->device = ctx_.device;
+  TANDEM_CUDA_CHECK(cudaEventCreate(&m->event), ctx_.device);
+  TANDEM_CUDA_CHECK(cudaEventRecord(m->event, ctx_.stream), ctx_.device);
+  return m;
+}
+
+double CudaKernels::elapsed_ms(const TimeMark& from, const TimeMark& to) {
+  const auto& a = static_cast<const EventMark&>(from);
+  const auto& b = static_cast<const EventMark&>(to);
+  ensure_current(ctx_.device);
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(b.event), ctx_.device);
+  float ms = 0;
+  TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, a.event, b.event), ctx_.device);
+  return ms;
+}
+
 }  // namespace tandem::cuda

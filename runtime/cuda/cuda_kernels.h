@@ -68,6 +68,8 @@ class CudaKernels final : public Kernels {
   void bf16_to_f32(float* dst, const uint16_t* src, int64_t n) override;
 
   void synchronize() override;
+  std::shared_ptr<TimeMark> mark() override;
+  double elapsed_ms(const TimeMark& from, const TimeMark& to) override;
 
  private:
   DeviceContext& ctx_;

@@ -92,7 +92,7 @@ StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, P
 void DdpStrategy::step(float lr, PhaseTimes& times) {
   Stopwatch sw(kernels_for(device_));
   optimizer_->step(lr);
-  times.optimizer_ms += sw.lap_ms();
+  sw.lap(times, &PhaseTimes::optimizer_ms);
 }
 
 EvalResult DdpStrategy::evaluate(DataLoader& loader) {

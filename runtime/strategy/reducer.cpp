@@ -144,6 +144,11 @@ std::string Reducer::missing_report() const {
 
 void Reducer::finalize_backward(PhaseTimes& times) {
   auto t0 = Tracer::Clock::now();
+  // Exposed communication is what the compute stream waits for: marked on it, so on a
+  // GPU (where nccl's wait makes the stream wait and the host goes on) it is still the
+  // device's wait, read after the step.
+  Kernels* k = params_.empty() ? nullptr : &kernels_for(params_.front()->value.device());
+  std::shared_ptr<Kernels::TimeMark> before_wait = k ? k->mark() : nullptr;
   bool missing = std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.pending > 0; });
   if (missing) {
     if (!options_.find_unused) throw std::runtime_error(missing_report());
@@ -172,7 +177,7 @@ void Reducer::finalize_backward(PhaseTimes& times) {
                    Tracer::comm, b.launched_at, done);
   }
   auto t1 = Tracer::Clock::now();
-  times.exposed_comm_ms += ms_between(t0, t1);
+  if (k) times.defer(*k, before_wait, k->mark(), &PhaseTimes::exposed_comm_ms);
   if (any) times.comm_ms += ms_between(first_launch, last_done);
   if (tracer_) tracer_->add("wait for gradients", Tracer::compute, t0, t1);
 

@@ -24,9 +24,9 @@ double accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device 
     const Batch& batch = micro_batches[m];
     Tensor logits = model.forward(batch.images.on(device));
     loss_sum += loss.forward(logits, batch.labels.on(device));
-    times.forward_ms += sw.lap_ms();
+    sw.lap(times, &PhaseTimes::forward_ms);
     model.backward(loss.backward(1.0f / (static_cast<float>(logits.dim(0)) * micro)));
-    times.backward_ms += sw.lap_ms();
+    sw.lap(times, &PhaseTimes::backward_ms);
   }
   return loss_sum / micro;
 }
@@ -38,7 +38,7 @@ StepOutput SingleStrategy::forward_backward(std::span<const Batch> micro_batches
 void SingleStrategy::step(float lr, PhaseTimes& times) {
   Stopwatch sw(kernels_for(device_));
   optimizer_->step(lr);
-  times.optimizer_ms += sw.lap_ms();
+  sw.lap(times, &PhaseTimes::optimizer_ms);
 }
 
 EvalResult SingleStrategy::evaluate(DataLoader& loader) { return evaluate_model(*model_, loader, device_); }
