@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "models/console_log.h"
 #include "models/train_config.h"
 #include "models/trainer.h"
 
@@ -17,8 +18,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!config) return 0;
+  spdlog::set_default_logger(tandem::make_split_console_logger());
   spdlog::set_level(spdlog::level::from_str(config->log_level));
-  spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
+  spdlog::set_pattern("[%H:%M:%S.%e] %l %v");
   try {
     tandem::run_training(*config);
   } catch (const std::exception& e) {

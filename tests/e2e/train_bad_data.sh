@@ -3,6 +3,14 @@ source "$(dirname "$0")/lib.sh"
 T="$BIN/tandem-train"
 COMMON=(--max-steps 1 --no-progress)
 expect 1 "/nonexistent/fmnist" -- "$T" --data-dir /nonexistent/fmnist "${COMMON[@]}"
+# The error goes to stderr (a launcher's failure report quotes a rank's stderr), not stdout.
+"$T" --data-dir /nonexistent/fmnist "${COMMON[@]}" >"$TMP/out.txt" 2>"$TMP/err.txt"
+if grep -q "tandem-train failed" "$TMP/err.txt" && ! grep -q "tandem-train failed" "$TMP/out.txt"; then
+  echo "ok: the error is on stderr only"
+else
+  echo "FAIL: the error is not on stderr alone: stdout '$(cat "$TMP/out.txt")' stderr '$(cat "$TMP/err.txt")'"
+  FAILED=1
+fi
 
 # A valid IDX pair of 4 images written by python's gzip, then damaged one way at a time.
 make_set() {  # dir n_images n_labels image_magic truncate_bytes
