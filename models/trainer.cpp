@@ -275,8 +275,9 @@ void run_training(const TrainConfig& c) {
         strategy->step(schedule.at(step), phases);
       }
       phases.resolve();  // the step's one wait for the device: its phase times
+      const double loss = out.loss();
       double ms = ms_since(t0);
-      last_loss = out.loss;
+      last_loss = loss;
       trained_any = true;
       if (steps_this_run++ >= untimed) {  // warm-up counted from this process's start
         step_ms.push_back(ms);
@@ -284,14 +285,14 @@ void run_training(const TrainConfig& c) {
       }
       ++step;
       ++epoch_steps;
-      epoch_loss_sum += out.loss;
+      epoch_loss_sum += loss;
       epoch_ms += ms;
       const double sps = static_cast<double>(epoch_steps * global_batch) / (epoch_ms / 1000.0);
-      bar.update(epoch_steps, out.loss, sps);
+      bar.update(epoch_steps, loss, sps);
       if (!tty && step % c.log_every == 0)
         spdlog::info("step {}/{} loss {:.4f} lr {:.5f} {:.0f} samples/s | step {:.2f} ms: forward {:.2f} "
                      "backward {:.2f} comm {:.2f} exposed {:.2f} optimizer {:.2f}",
-                     step, total_steps, out.loss, schedule.at(step - 1), sps, ms, phases.forward_ms,
+                     step, total_steps, loss, schedule.at(step - 1), sps, ms, phases.forward_ms,
                      phases.backward_ms, phases.comm_ms, phases.exposed_comm_ms, phases.optimizer_ms);
       if (c.save_every > 0 && step % c.save_every == 0) save();
       if (c.eval_every > 0 && step % c.eval_every == 0) {

@@ -118,6 +118,16 @@ class Kernels {
   };
   virtual std::shared_ptr<TimeMark> mark() = 0;
   virtual double elapsed_ms(const TimeMark& from, const TimeMark& to) = 0;
+
+  // --- values read after the step -------------------------------------------------
+  // sum(x) (n floats on this device, accumulated in double), queued now and read by
+  // get(), which waits for that value alone. On the CPU it is computed at once; on
+  // CUDA the step's loss reaches the host without stopping the device mid-step.
+  struct PendingValue {
+    virtual ~PendingValue() = default;
+    virtual double get() = 0;
+  };
+  virtual std::shared_ptr<PendingValue> sum_later(const float* x, int64_t n) = 0;
 };
 
 // The kernels of `device`. Throws a clear error for CUDA in a build without it.

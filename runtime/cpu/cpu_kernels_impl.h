@@ -101,6 +101,16 @@ class CpuKernels final : public Kernels {
     std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
   };
   std::shared_ptr<TimeMark> mark() override { return std::make_shared<HostMark>(); }
+
+  struct ReadyValue final : PendingValue {
+    double value = 0;
+    double get() override { return value; }
+  };
+  std::shared_ptr<PendingValue> sum_later(const float* x, int64_t n) override {
+    auto v = std::make_shared<ReadyValue>();
+    v->value = sum(x, n);
+    return v;
+  }
   double elapsed_ms(const TimeMark& from, const TimeMark& to) override {
     return std::chrono::duration<double, std::milli>(static_cast<const HostMark&>(to).at -
                                                      static_cast<const HostMark&>(from).at)

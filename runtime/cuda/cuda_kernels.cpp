@@ -316,6 +316,44 @@ std::shared_ptr<Kernels::TimeMark> CudaKernels::mark() {
   return m;
 }
 
+namespace {
+// A sum on its way to the host: the device result is copied into pinned memory of its
+// own behind the reduction, and `done` fires when it has landed.
+struct PendingSum final : Kernels::PendingValue {
+  DeviceContext* ctx = nullptr;
+  double* host = nullptr;  // pinned
+  cudaEvent_t done = nullptr;
+  ~PendingSum() override {
+    if (done) cudaEventSynchronize(done);  // the copy must not land in freed memory
+    if (done) cudaEventDestroy(done);
+    if (host) cudaFreeHost(host);
+  }
+  double get() override {
+    ensure_current(ctx->device);
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(done), ctx->device);
+    ctx->check_device_error();  // e.g. a label out of range reported by the loss kernel
+    return *host;
+  }
+};
+}  // namespace
+
+std::shared_ptr<Kernels::PendingValue> CudaKernels::sum_later(const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  auto v = std::make_shared<PendingSum>();
+  v->ctx = &ctx_;
+  TANDEM_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&v->host), sizeof(double)), ctx_.device);
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&v->done, cudaEventDisableTiming), ctx_.device);
+  // The scratch returns to the cache when this returns: stream order keeps it intact
+  // until the copy below has read it.
+  Scratch scratch(ctx_.allocator, (launch::sum_scratch(n) + 1) * sizeof(double));
+  double* result = scratch.as<double>();
+  launch::sum(result, x, n, result + 1, ctx_.stream);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(v->host, result, sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream),
+                    ctx_.device);
+  TANDEM_CUDA_CHECK(cudaEventRecord(v->done, ctx_.stream), ctx_.device);
+  return v;
+}
+
 double CudaKernels::elapsed_ms(const TimeMark& from, const TimeMark& to) {
   const auto& a = static_cast<const EventMark&>(from);
   const auto& b = static_cast<const EventMark&>(to);

@@ -70,6 +70,7 @@ class CudaKernels final : public Kernels {
   void synchronize() override;
   std::shared_ptr<TimeMark> mark() override;
   double elapsed_ms(const TimeMark& from, const TimeMark& to) override;
+  std::shared_ptr<PendingValue> sum_later(const float* x, int64_t n) override;
 
  private:
   DeviceContext& ctx_;

@@ -33,6 +33,13 @@ void check_logits_labels(const char* what, const Tensor& logits, const Tensor& l
 }  // namespace
 
 double SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels) {
+  std::shared_ptr<Kernels::PendingValue> sum = forward_later(logits, labels);
+  const int64_t rows = logits.dim(0);
+  return rows == 0 ? 0.0 : sum->get() / static_cast<double>(rows);
+}
+
+std::shared_ptr<Kernels::PendingValue> SoftmaxCrossEntropy::forward_later(const Tensor& logits,
+                                                                          const Tensor& labels) {
   check_logits_labels("forward", logits, labels);
   const int64_t rows = logits.dim(0), classes = logits.dim(1);
   const Device dev = logits.device();
@@ -45,7 +52,7 @@ double SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels) 
                          classes);
   labels_ = labels;
   saved_ = true;
-  return rows == 0 ? 0.0 : k.sum(losses_.f32(), rows) / static_cast<double>(rows);
+  return k.sum_later(losses_.f32(), rows);
 }
 
 Tensor SoftmaxCrossEntropy::backward(float scale) {

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "runtime/kernels.h"
 #include "runtime/tensor.h"
 
 namespace tandem {
@@ -15,6 +17,9 @@ class SoftmaxCrossEntropy {
  public:
   // logits (N, C) f32, labels (N) i32 on the same device. Returns the mean loss over rows.
   double forward(const Tensor& logits, const Tensor& labels);
+  // The same forward, returning the SUM of the rows' losses as a value read later (a
+  // training step reads it once the step is queued: no host wait mid-step on a GPU).
+  std::shared_ptr<Kernels::PendingValue> forward_later(const Tensor& logits, const Tensor& labels);
   // dlogits (N, C) = (probs - onehot(labels)) * scale, for the last forward (callable
   // more than once).
   Tensor backward(float scale);

@@ -93,7 +93,7 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     times.comm_ms += reduce_ms;
     times.exposed_comm_ms += reduce_ms;
   }
-  return {loss_sum / micro};
+  return StepOutput(loss_sum / micro);
 }
 
 void DataParallelStrategy::step(float lr, PhaseTimes& times) {

@@ -80,13 +80,13 @@ void DdpStrategy::broadcast_parameters() {
 StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
   // The first K-1 micro-batches accumulate locally (reducer detached: no_sync); the
   // last one's backward feeds the reducer, which overlaps the all-reduce with it.
-  double loss = accumulate_micro_batches(*model_, loss_, device_, micro_batches, times, [this](bool last) {
+  StepOutput out = accumulate_micro_batches(*model_, loss_, device_, micro_batches, times, [this](bool last) {
     sync_ = last;
     if (last) reducer_->prepare_for_backward();
   });
   reducer_->finalize_backward(times);
   sync_ = false;
-  return {loss};
+  return out;
 }
 
 void DdpStrategy::step(float lr, PhaseTimes& times) {

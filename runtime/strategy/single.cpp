@@ -12,27 +12,28 @@ SingleStrategy::SingleStrategy(std::unique_ptr<Model> model, const OptimizerConf
   optimizer_ = make_optimizer(optim, model_->parameters());
 }
 
-double accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device device,
-                                std::span<const Batch> micro_batches, PhaseTimes& times,
-                                const std::function<void(bool last)>& before_each) {
+StepOutput accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device device,
+                                    std::span<const Batch> micro_batches, PhaseTimes& times,
+                                    const std::function<void(bool last)>& before_each) {
   Stopwatch sw(kernels_for(device));
   model.zero_grad();
   const float micro = static_cast<float>(micro_batches.size());
-  double loss_sum = 0;
+  StepOutput out;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     if (before_each) before_each(m + 1 == micro_batches.size());
     const Batch& batch = micro_batches[m];
     Tensor logits = model.forward(batch.images.on(device));
-    loss_sum += loss.forward(logits, batch.labels.on(device));
+    const int64_t rows = logits.dim(0);
+    out.add(loss.forward_later(logits, batch.labels.on(device)), rows);
     sw.lap(times, &PhaseTimes::forward_ms);
-    model.backward(loss.backward(1.0f / (static_cast<float>(logits.dim(0)) * micro)));
+    model.backward(loss.backward(1.0f / (static_cast<float>(rows) * micro)));
     sw.lap(times, &PhaseTimes::backward_ms);
   }
-  return loss_sum / micro;
+  return out;
 }
 
 StepOutput SingleStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
-  return {accumulate_micro_batches(*model_, loss_, device_, micro_batches, times)};
+  return accumulate_micro_batches(*model_, loss_, device_, micro_batches, times);
 }
 
 void SingleStrategy::step(float lr, PhaseTimes& times) {

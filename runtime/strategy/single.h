@@ -31,8 +31,8 @@ class SingleStrategy final : public Strategy {
 // Forward, loss and backward of each micro-batch on `device`, the model's gradients
 // zeroed first and then accumulated (each micro-batch carries 1/K of the mean loss).
 // `before_each(last)` runs before each micro-batch (DDP attaches its reducer to the
-// last). Returns the mean loss over the micro-batches.
-double accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device device,
+// last). Returns the mean loss over the micro-batches, read later.
+StepOutput accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device device,
                                 std::span<const Batch> micro_batches, PhaseTimes& times,
                                 const std::function<void(bool last)>& before_each = {});
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/data/loader.h"
@@ -63,8 +64,26 @@ struct PhaseTimes {
   }
 };
 
-struct StepOutput {
-  double loss = 0;  // mean loss over the whole global batch, averaged across replicas
+// A step's loss: the mean over this process's share of the global batch. On a device
+// its parts are read after the step is queued (loss() waits for them), so reading it
+// never stops the device mid-step.
+class StepOutput {
+ public:
+  StepOutput() = default;
+  explicit StepOutput(double loss) : known_(loss) {}
+  // One micro-batch: the sum of its `rows` row losses.
+  void add(std::shared_ptr<Kernels::PendingValue> sum, int64_t rows) { parts_.push_back({std::move(sum), rows}); }
+  // The mean over rows of each micro-batch, averaged over the micro-batches.
+  double loss() const {
+    if (parts_.empty()) return known_;
+    double total = 0;
+    for (const auto& [sum, rows] : parts_) total += rows == 0 ? 0.0 : sum->get() / static_cast<double>(rows);
+    return total / static_cast<double>(parts_.size());
+  }
+
+ private:
+  double known_ = 0;
+  std::vector<std::pair<std::shared_ptr<Kernels::PendingValue>, int64_t>> parts_;
 };
 
 struct EvalResult {

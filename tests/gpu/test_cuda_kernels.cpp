@@ -202,6 +202,23 @@ TEST_F(CudaKernelsDense, SumAndCountCorrect) {
             cpu_k().count_correct(logits.data(), labels.data(), rows, classes));
 }
 
+TEST_F(CudaKernelsDense, SumLaterAndTimeMarksReadAfterTheStream) {
+  // The deferred sum equals the synchronous one bit for bit (same kernels), even with
+  // work queued after it; time marks read a non-negative span.
+  const int64_t n = 100003;
+  auto x = randn(n, 24);
+  Tensor dx = upload(x);
+  auto from = gpu_k().mark();
+  auto pending = gpu_k().sum_later(dx.f32(), n);
+  auto zero = gpu_k().sum_later(dx.f32(), 0);
+  gpu_k().scale(dx.f32(), n, 2.f);  // queued after: must not change the pending value
+  auto to = gpu_k().mark();
+  gpu_k().scale(dx.f32(), n, 0.5f);
+  EXPECT_EQ(pending->get(), gpu_k().sum(dx.f32(), n));
+  EXPECT_EQ(zero->get(), 0.0);
+  EXPECT_GE(gpu_k().elapsed_ms(*from, *to), 0.0);
+}
+
 TEST_F(CudaKernelsDense, HalfConversionsAreExact) {
   // Random magnitudes from subnormal to overflow, exact ties, signed zeros and infinities.
   std::vector<float> src = uniform(200000, 24, -1.f, 1.f);

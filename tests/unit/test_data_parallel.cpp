@@ -68,7 +68,7 @@ void expect_dp_matches_single(int devices, int64_t accum) {
     dp.step(0.05f, t1);
     StepOutput b = single.forward_backward(micro, t2);
     single.step(0.05f, t2);
-    EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::fabs(b.loss)) << "step " << step;
+    EXPECT_NEAR(a.loss(), b.loss(), 1e-5 * std::fabs(b.loss())) << "step " << step;
   }
   EXPECT_LT(tandem::testing::max_relative_difference(dp.model(), single.model()), 1e-5);
 }

@@ -7,6 +7,8 @@
 #include "runtime/strategy/strategy.h"
 #include "runtime/timer.h"
 
+#include <vector>
+
 using namespace tandem;
 
 TEST(Stopwatch, LapsWaitForResolveAndLandInTheirFields) {
@@ -51,4 +53,15 @@ TEST(Stopwatch, SumOfAddedTimesKeepsPendingLapsAndDividesOnlyValues) {
 TEST(Stopwatch, LapMsReadsAtOnce) {
   Stopwatch sw(kernels_for(Device::cpu()));
   EXPECT_GE(sw.lap_ms(), 0.0);
+}
+
+TEST(StepOutput, AveragesTheMicroBatchesMeansWhenRead) {
+  Kernels& k = kernels_for(Device::cpu());
+  const std::vector<float> a = {1, 2, 3}, b = {4, 8};
+  StepOutput out;
+  out.add(k.sum_later(a.data(), 3), 3);  // mean 2
+  out.add(k.sum_later(b.data(), 2), 2);  // mean 6
+  EXPECT_EQ(out.loss(), 4.0);
+  EXPECT_EQ(StepOutput(1.5).loss(), 1.5);
+  EXPECT_EQ(StepOutput().loss(), 0.0);
 }
