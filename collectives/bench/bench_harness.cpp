@@ -178,14 +178,19 @@ std::vector<std::vector<Row>> run_sizes(const Config& cfg, ProcessGroup& g, cons
   void* out_buf = memory.alloc(cap);
   std::vector<char> host(cap);
   std::vector<std::vector<Row>> tables(paths.size());
+  // Elements for a size: a multiple of the world size where the op splits the buffer.
+  const auto count_for = [&](int64_t bytes) {
+    int64_t count = bytes / static_cast<int64_t>(eb);
+    if (cfg.op == OpType::allgather || cfg.op == OpType::reduce_scatter) count -= count % g.size();
+    return count;
+  };
   // Warm every path up at the largest size first, as nccl-tests does: the first large
   // messages pay for connection buffers growing (Gloo's TCP sockets), which must not be
   // charged to whichever path happens to run the first size.
   {
     int64_t largest = cfg.min_bytes;
     while (largest <= cfg.max_bytes / cfg.factor) largest *= cfg.factor;
-    int64_t count = largest / static_cast<int64_t>(eb);
-    if (cfg.op == OpType::allgather || cfg.op == OpType::reduce_scatter) count -= count % g.size();
+    const int64_t count = count_for(largest);
     if (count > 0) {
       for (Path* path : paths) {
         for (bool in_place : {false, true}) {
@@ -198,8 +203,7 @@ std::vector<std::vector<Row>> run_sizes(const Config& cfg, ProcessGroup& g, cons
     }
   }
   for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.factor) {
-    int64_t count = bytes / static_cast<int64_t>(eb);
-    if (cfg.op == OpType::allgather || cfg.op == OpType::reduce_scatter) count -= count % g.size();
+    const int64_t count = count_for(bytes);
     if (count > 0) {
       const Collective oop = make_op(cfg, g, in_buf, out_buf, count, false, memory.device());
       const Collective ip = make_op(cfg, g, in_buf, out_buf, count, true, memory.device());

@@ -317,22 +317,21 @@ std::shared_ptr<Kernels::TimeMark> CudaKernels::mark() {
 }
 
 namespace {
-// A sum on its way to the host: the device result is copied into pinned memory of its
-// own behind the reduction, and `done` fires when it has landed.
+// A sum on its way to the host: the device result is copied into a pinned slot behind
+// the reduction, and the slot's event fires when it has landed.
 struct PendingSum final : Kernels::PendingValue {
   DeviceContext* ctx = nullptr;
-  double* host = nullptr;  // pinned
-  cudaEvent_t done = nullptr;
+  DeviceContext::PendingSlot slot;
   ~PendingSum() override {
-    if (done) cudaEventSynchronize(done);  // the copy must not land in freed memory
-    if (done) cudaEventDestroy(done);
-    if (host) cudaFreeHost(host);
+    if (!slot.host) return;
+    cudaEventSynchronize(slot.done);  // the slot is reused only once its copy has landed
+    ctx->give_back_pending_slot(slot);
   }
   double get() override {
     ensure_current(ctx->device);
-    TANDEM_CUDA_CHECK(cudaEventSynchronize(done), ctx->device);
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(slot.done), ctx->device);
     ctx->check_device_error();  // e.g. a label out of range reported by the loss kernel
-    return *host;
+    return *slot.host;
   }
 };
 }  // namespace
@@ -341,16 +340,15 @@ std::shared_ptr<Kernels::PendingValue> CudaKernels::sum_later(const float* x, in
   ensure_current(ctx_.device);
   auto v = std::make_shared<PendingSum>();
   v->ctx = &ctx_;
-  TANDEM_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&v->host), sizeof(double)), ctx_.device);
-  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&v->done, cudaEventDisableTiming), ctx_.device);
+  v->slot = ctx_.take_pending_slot();
   // The scratch returns to the cache when this returns: stream order keeps it intact
   // until the copy below has read it.
   Scratch scratch(ctx_.allocator, (launch::sum_scratch(n) + 1) * sizeof(double));
   double* result = scratch.as<double>();
   launch::sum(result, x, n, result + 1, ctx_.stream);
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(v->host, result, sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream),
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(v->slot.host, result, sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream),
                     ctx_.device);
-  TANDEM_CUDA_CHECK(cudaEventRecord(v->done, ctx_.stream), ctx_.device);
+  TANDEM_CUDA_CHECK(cudaEventRecord(v->slot.done, ctx_.stream), ctx_.device);
   return v;
 }
 

@@ -56,6 +56,28 @@ DeviceContext::DeviceContext(int d) : device(d), allocator(d), staging(d, alloca
   kernels = std::make_unique<CudaKernels>(*this);
 }
 
+DeviceContext::PendingSlot DeviceContext::take_pending_slot() {
+  {
+    std::lock_guard<std::mutex> lock(scalar_mutex);
+    if (!pending_slots.empty()) {
+      PendingSlot slot = pending_slots.back();
+      pending_slots.pop_back();
+      return slot;
+    }
+  }
+  ensure_current(device);
+  PendingSlot slot;
+  TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), sizeof(double), cudaHostAllocPortable),
+                    device);
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), device);
+  return slot;
+}
+
+void DeviceContext::give_back_pending_slot(PendingSlot slot) {
+  std::lock_guard<std::mutex> lock(scalar_mutex);
+  pending_slots.push_back(slot);
+}
+
 void DeviceContext::synchronize() {
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream), device);
   check_device_error();

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/launch.h"
@@ -38,7 +39,18 @@ struct DeviceContext {
   launch::DeviceError* error_device = nullptr;  // written by kernels
   launch::DeviceError* error_host = nullptr;    // pinned mirror, refreshed after each checking kernel
   void* host_scalars = nullptr;                 // pinned, 64 bytes: sum / count results
-  std::mutex scalar_mutex;                      // guards host_scalars
+  std::mutex scalar_mutex;                      // guards host_scalars and pending_slots
+
+  // A pinned double and its event, for a value read after the step (Kernels::sum_later).
+  // Slots are taken and given back; one is allocated only when none is free, so a steady
+  // training loop allocates no pinned memory and frees none (cudaFreeHost would wait).
+  struct PendingSlot {
+    double* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  PendingSlot take_pending_slot();
+  void give_back_pending_slot(PendingSlot slot);  // its copy must have landed
+  std::vector<PendingSlot> pending_slots;         // free ones
   std::unique_ptr<Kernels> kernels;
 };
 
