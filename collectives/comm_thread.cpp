@@ -16,12 +16,12 @@ CommThread::~CommThread() {
   if (!shut_down_) shutdown(std::chrono::milliseconds(0));
 }
 
-void CommThread::submit(std::shared_ptr<CompletionWork> work, Task task) {
+void CommThread::submit(std::shared_ptr<CompletionWork> work, Task task, Task prepare) {
   std::string broken;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->broken.empty()) {
-      state_->queue.push_back({std::move(work), std::move(task)});
+      state_->queue.push_back({std::move(work), std::move(task), std::move(prepare)});
     } else {
       broken = state_->broken;
     }
@@ -62,7 +62,7 @@ void CommThread::run_inline(const Task& fn) {
                                } catch (...) {
                                  done->set_exception(std::current_exception());
                                }
-                             }});
+                             }, Task{}});
   }
   state_->cv.notify_all();
   future.get();
@@ -75,6 +75,9 @@ void CommThread::loop(std::shared_ptr<State> state) {
     if (state->queue.empty()) break;  // stop requested and drained
     Item item = std::move(state->queue.front());
     state->queue.pop_front();
+    // The next op's background part starts before this op runs, so it progresses
+    // while this one moves data (see submit).
+    Task next_prepare = state->queue.empty() ? Task{} : state->queue.front().prepare;
     if (item.work && !state->broken.empty()) {
       const std::string reason = state->broken;
       lock.unlock();
@@ -89,6 +92,8 @@ void CommThread::loop(std::shared_ptr<State> state) {
     std::exception_ptr error;
     bool breaks = false;
     try {
+      if (item.prepare) item.prepare();
+      if (next_prepare) next_prepare();
       item.task();
     } catch (const std::exception& e) {
       error = std::current_exception();

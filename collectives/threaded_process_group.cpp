@@ -20,7 +20,15 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
   // Nothing to move: skip the engine, but still go through the queue so handles keep
   // completing in issue order.
   if (c.op != OpType::barrier && c.bytes() == 0) engine_call = [] {};
-  if (gather_) {
+  CommThread::Task prepare;
+  if (start_) {
+    auto check = std::make_shared<PendingCheck>(c, size());
+    prepare = [check, start = start_] { check->start(start); };
+    engine_call = [check, start = start_, call = std::move(engine_call)] {
+      check->finish(start);
+      call();
+    };
+  } else if (gather_) {
     engine_call = [gather = gather_, c, size = size(), call = std::move(engine_call)] {
       require_ranks_agree(c, size, gather);
       call();
@@ -42,7 +50,7 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
       }
       throw CollectiveError(report);
     }
-  });
+  }, std::move(prepare));
   return work;
 }
 

@@ -36,6 +36,10 @@ class ThreadedProcessGroup : public ProcessGroup {
   // constructors call it once, before the first op; `gather` must hold its engine
   // state by value (tasks may run during the group's destruction).
   void check_ops_with(FingerprintGather gather) { gather_ = std::move(gather); }
+  // The same with an exchange that runs in the background (see FingerprintStart): each
+  // op's exchange is posted when the op before it starts, so back-to-back ops do not
+  // wait for each other once more per op.
+  void check_ops_early_with(FingerprintStart start) { start_ = std::move(start); }
 
   bool accepts(Device device) const override { return device.is_cpu(); }
 
@@ -47,7 +51,8 @@ class ThreadedProcessGroup : public ProcessGroup {
 
  private:
   CommThread comm_;
-  FingerprintGather gather_;  // empty: the op check is off
+  FingerprintGather gather_;  // empty (and start_ empty): the op check is off
+  FingerprintStart start_;
 };
 
 }  // namespace tandem

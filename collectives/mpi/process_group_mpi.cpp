@@ -86,11 +86,17 @@ ProcessGroupMPI::ProcessGroupMPI(const BackendArgs& args)
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   if (args.check_ops) {
-    // On the group's own communicator, in its turn in the FIFO: MPI matches collectives
-    // by order, so the gather pairs with the same op's gather on every rank.
-    check_ops_with([comm = comm_, rank = args.rank](const OpFingerprint& mine, OpFingerprint* all, uint64_t) {
-      TANDEM_MPI_CHECK(rank, MPI_Allgather(&mine, sizeof(OpFingerprint), MPI_BYTE, all, sizeof(OpFingerprint),
-                                           MPI_BYTE, comm));
+    // On a communicator of their own, posted in op order on every rank (MPI matches
+    // collectives by order per communicator), and nonblocking: an op's exchange starts
+    // while the op before it moves data, so streamed ops do not meet once more per op.
+    TANDEM_MPI_CHECK(args.rank, MPI_Comm_dup(MPI_COMM_WORLD, &check_comm_));
+    TANDEM_MPI_CHECK(args.rank, MPI_Comm_set_errhandler(check_comm_, MPI_ERRORS_RETURN));
+    check_ops_early_with([comm = check_comm_, rank = args.rank](const OpFingerprint* mine, OpFingerprint* all,
+                                                                 uint64_t) -> std::function<void()> {
+      auto request = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+      TANDEM_MPI_CHECK(rank, MPI_Iallgather(mine, sizeof(OpFingerprint), MPI_BYTE, all, sizeof(OpFingerprint),
+                                            MPI_BYTE, comm, request.get()));
+      return [request, rank] { TANDEM_MPI_CHECK(rank, MPI_Wait(request.get(), MPI_STATUS_IGNORE)); };
     });
   }
 }
@@ -104,7 +110,10 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   }
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm_);
+  if (!finalized) {
+    MPI_Comm_free(&comm_);
+    if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
+  }
   MpiRuntime::get().group_destroyed();
 }
 

@@ -30,6 +30,7 @@ class ProcessGroupMPI : public ThreadedProcessGroup {
   int count_of(const Collective& c, const Buffer& b) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm check_comm_ = MPI_COMM_NULL;  // the op check's exchanges (see the constructor)
 };
 
 }  // namespace tandem
