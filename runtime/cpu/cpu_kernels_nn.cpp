@@ -304,11 +304,13 @@ void CpuKernels::adamw_update(float* __restrict param, float* __restrict m, floa
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
   const float step_size = static_cast<float>(static_cast<double>(lr) / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.f - lr * weight_decay;
+  const float decay = std::fma(-lr, weight_decay, 1.f);  // fused, as GCC contracts it; CUDA matches
 #if defined(__AVX2__)
   // GCC will not vectorise sqrtf while it may set errno, so the body is spelled out. The
   // tail goes through the same instructions under a mask, so every element gets
   // bit-identical results wherever it sits in the tensor (a DDP bucket view or not).
+  // The three fused multiply-adds are written out rather than left to -ffp-contract, so
+  // every compiler rounds alike and runtime/cuda/optim.cu can match them bit for bit.
   const __m256 v_decay = _mm256_set1_ps(decay), v_b1 = _mm256_set1_ps(beta1),
                v_b2 = _mm256_set1_ps(beta2);
   const __m256 v_1b1 = _mm256_set1_ps(1.f - beta1), v_1b2 = _mm256_set1_ps(1.f - beta2);
@@ -319,28 +321,26 @@ void CpuKernels::adamw_update(float* __restrict param, float* __restrict m, floa
     const __m256i mask =
         _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const __m256 g = _mm256_maskload_ps(grad + i, mask);
-    const __m256 p =
-        _mm256_mul_ps(_mm256_maskload_ps(param + i, mask), v_decay);  // decoupled decay first
-    const __m256 mi =
-        _mm256_add_ps(_mm256_mul_ps(v_b1, _mm256_maskload_ps(m + i, mask)), _mm256_mul_ps(v_1b1, g));
-    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(v_b2, _mm256_maskload_ps(v + i, mask)),
-                                    _mm256_mul_ps(_mm256_mul_ps(v_1b2, g), g));
+    const __m256 mi = _mm256_fmadd_ps(v_1b1, g, _mm256_mul_ps(v_b1, _mm256_maskload_ps(m + i, mask)));
+    const __m256 vi =
+        _mm256_fmadd_ps(_mm256_mul_ps(v_1b2, g), g, _mm256_mul_ps(v_b2, _mm256_maskload_ps(v + i, mask)));
     _mm256_maskstore_ps(m + i, mask, mi);
     _mm256_maskstore_ps(v + i, mask, vi);
     const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), v_bc2), v_eps);
+    // param * decay - update: the decoupled decay, fused into the step.
     _mm256_maskstore_ps(param + i, mask,
-                        _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(v_step, mi), denom)));
+                        _mm256_fmsub_ps(_mm256_maskload_ps(param + i, mask), v_decay,
+                                        _mm256_div_ps(_mm256_mul_ps(v_step, mi), denom)));
   }
 #else
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
-    const float p = param[i] * decay;  // decoupled decay, before the moment update
-    const float mi = beta1 * m[i] + (1.f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.f - beta2) * g * g;
+    const float mi = std::fma(1.f - beta1, g, beta1 * m[i]);
+    const float vi = std::fma((1.f - beta2) * g, g, beta2 * v[i]);
     m[i] = mi;
     v[i] = vi;
     const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    param[i] = p - step_size * mi / denom;
+    param[i] = std::fma(param[i], decay, -(step_size * mi / denom));
   }
 #endif
 }

@@ -261,7 +261,7 @@ void CudaKernels::adamw_update(float* param, float* m, float* v, const float* gr
   launch::AdamWScalars s;
   s.step_size = static_cast<float>(static_cast<double>(lr) / bc1);
   s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  s.decay = 1.f - lr * weight_decay;
+  s.decay = std::fma(-lr, weight_decay, 1.f);  // the CPU kernel's rounding, bit for bit
   s.beta1 = beta1;
   s.beta2 = beta2;
   s.one_minus_beta1 = 1.f - beta1;
