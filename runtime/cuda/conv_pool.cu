@@ -4,7 +4,8 @@
 // Invariant: col row (ch, ki, kj), column (oy, ox) holds img[ch, oy*s-pad+ki, ox*s-pad+kj]
 // (0 outside), as on the CPU. col2im_acc gathers per image pixel, adding its (ki, kj)
 // contributions in the CPU's order, so it needs no atomics and matches the CPU bit for
-// bit. maxpool's argmax is the flat h*W+w index of the first maximum of its window.
+// bit. maxpool's argmax is the flat h*W+w index of the first maximum of its window, and
+// its backward adds shared maxima in the CPU's order (no atomics either).
 #include "runtime/cuda/launch.h"
 #include "runtime/cuda/launch_common.cuh"
 
@@ -89,14 +90,35 @@ __global__ void maxpool_forward_kernel(float* __restrict__ y, int32_t* __restric
 }
 
 // dx (planes, H, W) += dy routed to each window's argmax (dx zeroed first by the launcher).
-// Windows that do not overlap give each input at most one addend: exact. Overlapping
-// windows (stride < k) may share a maximum; their adds then land in any order.
+// Overlapping windows (stride < k) may share a maximum, so the adds are ordered as on the
+// CPU (outputs in increasing order) instead of racing through float atomics: one warp
+// walks a plane's outputs 32 at a time; the lowest lane of each group of lanes with the
+// same argmax adds the group's dy in lane order. The warp's chunks run in order, so every
+// input gets the CPU's additions in the CPU's order: bit-exact and deterministic.
+constexpr int kPoolWarps = kThreads / 32;  // one plane per warp
+
 __global__ void maxpool_backward_kernel(float* __restrict__ dx, const float* __restrict__ dy,
                                         const int32_t* __restrict__ argmax, int64_t planes, int64_t hw,
                                         int64_t ohw) {
-  TANDEM_GRID_STRIDE_LOOP(idx, planes * ohw) {
-    const int64_t p = idx / ohw;
-    atomicAdd(dx + p * hw + argmax[idx], dy[idx]);
+  __shared__ float vals[kPoolWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * kPoolWarps + warp; p < planes;
+       p += static_cast<int64_t>(gridDim.x) * kPoolWarps) {  // warp-uniform: the whole warp takes a plane
+    float* plane = dx + p * hw;
+    for (int64_t o0 = 0; o0 < ohw; o0 += 32) {
+      const int64_t o = o0 + lane;
+      const bool valid = o < ohw;
+      const int32_t target = valid ? argmax[p * ohw + o] : -1;  // -1: past the plane's last output
+      vals[warp][lane] = valid ? dy[p * ohw + o] : 0.f;
+      const unsigned same = __match_any_sync(0xffffffffu, target);
+      __syncwarp();  // vals visible to the warp
+      if (valid && (same & ((1u << lane) - 1u)) == 0) {  // the group's lowest lane
+        float acc = plane[target];
+        for (unsigned m = same; m != 0; m &= m - 1) acc += vals[warp][__ffs(static_cast<int>(m)) - 1];
+        plane[target] = acc;
+      }
+      __syncwarp();  // this chunk's writes land before the next chunk reads or refills vals
+    }
   }
 }
 
@@ -138,9 +160,9 @@ void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t
                       int64_t oh, int64_t ow, cudaStream_t stream) {
   if (planes * h * w <= 0) return;
   TANDEM_CUDA_CHECK(cudaMemsetAsync(dx, 0, static_cast<size_t>(planes * h * w) * sizeof(float), stream), -1);
-  const int64_t n = planes * oh * ow;
-  if (n <= 0) return;
-  maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dx, dy, argmax, planes, h * w, oh * ow);
+  if (oh * ow <= 0) return;
+  maxpool_backward_kernel<<<blocks_for(planes, kPoolWarps), kThreads, 0, stream>>>(dx, dy, argmax, planes, h * w,
+                                                                                  oh * ow);
   TANDEM_CUDA_CHECK_LAUNCH(maxpool_backward_kernel);
 }
 

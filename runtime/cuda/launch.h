@@ -14,8 +14,9 @@
 //
 // Invariant: each kernel computes, element for element, the same formula as the CPU
 // kernel of the same name (runtime/cpu/), in the same order where the CPU order is
-// cheap to keep (col2im's per-pixel sum, maxpool's first maximum, AdamW's unfused
-// arithmetic). Where a reduction's order differs, tests/gpu states the tolerance.
+// cheap to keep (col2im's per-pixel sum, maxpool's first maximum and its backward's sums,
+// AdamW's arithmetic with the FMAs GCC makes of the CPU body). Where a reduction's order
+// differs, tests/gpu states the tolerance.
 // Host-only and C++17: this header never includes the C++20 runtime headers.
 #pragma once
 

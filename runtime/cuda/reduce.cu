@@ -93,7 +93,9 @@ __global__ void channel_partials_kernel(float* __restrict__ partial, const float
 }
 
 int64_t channel_chunks(int64_t n, int64_t hw) {
-  // About 16k elements per block, whole images per chunk.
+  // About 16k elements per block, whole images per chunk. hw == 0 (nothing to sum) sizes
+  // scratch too, before the launcher returns: no division by it.
+  if (hw < 1) return 1;
   int64_t per = (16384 + hw - 1) / hw;
   if (per < 1) per = 1;
   int64_t chunks = (n + per - 1) / per;

@@ -10,7 +10,13 @@
 //   gelu             1e-5 relative + 1e-6 absolute: CUDA's erff/expf are within 2 ulp of
 //                    glibc's, and the derivative cancels near x = -0.75
 //   sum (double)     1e-12 x sum|x|; count_correct exact
+// Sizes: tails that fill no block, 0 and 1 element (no launch of an empty grid), more
+// elements than one grid covers (the grid-stride loops wrap), and more than 2^31 elements
+// (64-bit index math; skipped where the GPU cannot hold 26 GiB).
 #include <limits>
+#include <utility>
+
+#include "runtime/cpu/cpu_kernels_impl.h"  // splitmix64_at: dropout masks far into a tensor
 
 #include "tests/gpu/gpu_test_util.h"
 
@@ -105,9 +111,9 @@ TEST_F(CudaKernelsDense, BiasAddsAreExact) {
 }
 
 TEST_F(CudaKernelsDense, SumRowsAccumulates) {
-  // 3 rows: one chunk (adds straight into out); 4097 rows: partials, then an ordered pass.
-  for (int64_t rows : {int64_t{3}, int64_t{4097}}) {
-    const int64_t cols = 300;
+  // 3 rows: one chunk (adds straight into out); 4097 rows: partials, then an ordered pass;
+  // 262145 rows: the chunk count saturates and the last chunks hold no rows.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 300}, {4097, 300}, {262145, 33}}) {
     auto x = randn(rows * cols, 12), out0 = randn(cols, 13);
     std::vector<float> want = out0;
     cpu_k().sum_rows_acc(want.data(), x.data(), rows, cols);
@@ -265,6 +271,144 @@ TEST_F(CudaKernelsDense, HalfConversionsAreExact) {
     }
     expect_bitwise(download(dout), want, bf ? "bf16_to_f32 (all patterns)" : "f16_to_f32 (all patterns)");
   }
+}
+
+TEST_F(CudaKernelsDense, EmptyAndOneElementSizes) {
+  // Zero elements: nothing launched (an empty grid is a launch error), nothing written.
+  Tensor guard = upload(std::vector<float>{4.5f});
+  float* g = guard.f32();
+  gpu_k().fill(g, 0, 1.f);
+  gpu_k().copy(g, g + 1, 0);
+  gpu_k().scale(g, 0, 2.f);
+  gpu_k().axpy(g, g, 0, 1.f);
+  gpu_k().mul(g, g, g, 0);
+  gpu_k().add_bias_rows(g, g, 0, 1);
+  gpu_k().add_bias_rows(g, g, 1, 0);
+  gpu_k().add_bias_channels(g, g, 0, 1, 1);
+  gpu_k().relu_forward(g, g, 0);
+  gpu_k().relu_backward(g, g, g, 0);
+  gpu_k().gelu_forward(g, g, 0);
+  gpu_k().gelu_backward(g, g, g, 0);
+  gpu_k().dropout_forward(g, g, g, 0, 0.5f, 1);
+  gpu_k().sum_rows_acc(g, g, 0, 1);
+  gpu_k().sum_rows_acc(g, g, 1, 0);
+  gpu_k().sum_channels_acc(g, g, 0, 1, 1);
+  gpu_k().sum_channels_acc(g, g, 1, 1, 0);  // no pixels: the scratch sizing once divided by hw
+  gpu_k().gemm(g, g, g, 0, 1, 1, false, false, 1.f, 0.f);
+  gpu_k().gemm(g, g, g, 1, 0, 1, false, false, 1.f, 0.f);
+  gpu_k().f32_to_f16(nullptr, g, 0);
+  gpu_k().bf16_to_f32(g, nullptr, 0);
+  EXPECT_EQ(gpu_k().sum(g, 0), 0.0);
+  EXPECT_EQ(gpu_k().count_correct(g, nullptr, 0, 10), 0);
+  gpu_k().synchronize();
+  expect_bitwise(download(guard), {4.5f}, "untouched by empty calls");
+
+  // One element: one thread of one block, against the CPU.
+  const std::vector<float> a = {-1.25f}, b = {0.75f};
+  Tensor da = upload(a), db = upload(b), dout = upload(std::vector<float>{2.f});
+  std::vector<float> want = {2.f};
+  cpu_k().axpy(want.data(), a.data(), 1, 3.f);
+  gpu_k().axpy(dout.f32(), da.f32(), 1, 3.f);
+  expect_close(download(dout), want, 1e-6, 0, "axpy n=1");
+  cpu_k().gemm(want.data(), a.data(), b.data(), 1, 1, 1, true, true, 2.f, 0.5f);
+  gpu_k().gemm(dout.f32(), da.f32(), db.f32(), 1, 1, 1, true, true, 2.f, 0.5f);
+  expect_close(download(dout), want, 1e-6, 0, "gemm 1x1x1");
+  cpu_k().sum_rows_acc(want.data(), b.data(), 1, 1);
+  gpu_k().sum_rows_acc(dout.f32(), db.f32(), 1, 1);
+  expect_close(download(dout), want, 1e-6, 0, "sum_rows_acc 1x1");
+  cpu_k().sum_channels_acc(want.data(), a.data(), 1, 1, 1);
+  gpu_k().sum_channels_acc(dout.f32(), da.f32(), 1, 1, 1);
+  expect_close(download(dout), want, 1e-6, 0, "sum_channels_acc 1x1x1");
+  std::vector<float> y(1), mask(1);
+  cpu_k().gelu_forward(y.data(), a.data(), 1);
+  gpu_k().gelu_forward(dout.f32(), da.f32(), 1);
+  expect_close(download(dout), y, 1e-5, 1e-6, "gelu n=1");
+  cpu_k().dropout_forward(y.data(), mask.data(), a.data(), 1, 0.5f, 3);
+  Tensor dmask = upload(std::vector<float>{0.f});
+  gpu_k().dropout_forward(dout.f32(), dmask.f32(), da.f32(), 1, 0.5f, 3);
+  expect_bitwise(download(dout), y, "dropout n=1");
+  expect_bitwise(download(dmask), mask, "dropout mask n=1");
+  EXPECT_EQ(gpu_k().sum(da.f32(), 1), -1.25);
+  Tensor dlab = upload_i32({0});
+  EXPECT_EQ(gpu_k().count_correct(da.f32(), dlab.data<int32_t>(), 1, 1), 1);
+}
+
+TEST_F(CudaKernelsDense, GridStrideLoopsCoverMoreThanOneGrid) {
+  // The launchers cap the grid at 65536 blocks of 256 threads (2^24 elements); past that
+  // every thread loops. n ends in a partial block too.
+  const int64_t n = (int64_t{1} << 24) + 12345;
+  auto x = randn(n, 26);
+  Tensor dx = upload(x);
+  std::vector<float> want = x;
+  cpu_k().scale(want.data(), n, -0.5f);
+  Tensor dscaled = upload(x);
+  gpu_k().scale(dscaled.f32(), n, -0.5f);
+  expect_bitwise(download(dscaled), want, "scale n=2^24+12345");
+
+  std::vector<float> y(n), mask(n);
+  cpu_k().dropout_forward(y.data(), mask.data(), x.data(), n, 0.25f, 77);
+  Tensor dY = Tensor::empty({n}, DType::f32, gpu()), dM = Tensor::empty({n}, DType::f32, gpu());
+  gpu_k().dropout_forward(dY.f32(), dM.f32(), dx.f32(), n, 0.25f, 77);
+  expect_bitwise(download(dM), mask, "dropout mask n=2^24+12345");
+  expect_bitwise(download(dY), y, "dropout output n=2^24+12345");
+
+  const int64_t rows = 65537, cols = 257;  // rows * cols > 2^24
+  auto bias = randn(cols, 27);
+  want.assign(x.begin(), x.begin() + rows * cols);
+  cpu_k().add_bias_rows(want.data(), bias.data(), rows, cols);
+  Tensor dbias = upload(bias);
+  gpu_k().add_bias_rows(dx.f32(), dbias.f32(), rows, cols);
+  std::vector<float> got = download(dx);
+  got.resize(rows * cols);
+  expect_bitwise(got, want, "add_bias_rows 65537x257");
+
+  double abs_sum = 0;
+  for (float v : x) abs_sum += std::fabs(v);
+  Tensor dx2 = upload(x);
+  EXPECT_NEAR(gpu_k().sum(dx2.f32(), n), cpu_k().sum(x.data(), n), 1e-12 * abs_sum);
+}
+
+TEST_F(CudaKernelsDense, IndicesPast2To31) {
+  // 2^31 + 1000 elements: an index held in 32 bits anywhere would wrap, skip or fault.
+  // Results are exact integers (sums of 3s, counts of ones), so no tolerance is needed.
+  const int64_t n = (int64_t{1} << 31) + 1000;
+  Tensor x, mask, y;
+  try {
+    x = Tensor::empty({n}, DType::f32, gpu());
+    mask = Tensor::empty({n}, DType::f32, gpu());
+    y = Tensor::empty({n}, DType::f32, gpu());
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "3 x 8 GiB do not fit on this GPU: " << e.what();
+  }
+  gpu_k().fill(x.f32(), n, 1.f);
+  gpu_k().scale(x.f32(), n, 3.f);
+  EXPECT_EQ(gpu_k().sum(x.f32(), n), 3.0 * static_cast<double>(n));
+  std::vector<float> tail(1000);
+  device_copy(tail.data(), Device::cpu(), x.f32() + (n - 1000), gpu(), tail.size() * sizeof(float));
+  expect_bitwise(tail, std::vector<float>(1000, 3.f), "scale: the last 1000 elements");
+
+  // The mask of element i hashes the full 64-bit i, as on the CPU.
+  gpu_k().dropout_forward(y.f32(), mask.f32(), x.f32(), n, 0.5f, 9);
+  device_copy(tail.data(), Device::cpu(), mask.f32() + (n - 1000), gpu(), tail.size() * sizeof(float));
+  std::vector<float> want(1000);
+  for (int64_t j = 0; j < 1000; ++j) {
+    const uint64_t i = static_cast<uint64_t>(n - 1000 + j);
+    const float u = static_cast<float>(cpu::splitmix64_at(9, i) >> 40) * (1.0f / 16777216.0f);
+    want[j] = u >= 0.5f ? 2.f : 0.f;
+  }
+  expect_bitwise(tail, want, "dropout mask: the last 1000 elements");
+
+  // Column sums over 2^31+ elements: (rows, 1000) of ones, so every column sums to rows
+  // (2147484 < 2^24: exact in float).
+  const int64_t cols = 1000, rows = n / cols;
+  gpu_k().fill(x.f32(), rows * cols, 1.f);
+  Tensor out = upload(std::vector<float>(cols, 0.f));
+  gpu_k().sum_rows_acc(out.f32(), x.f32(), rows, cols);
+  expect_bitwise(download(out), std::vector<float>(cols, static_cast<float>(rows)), "sum_rows_acc 2147484x1000");
+  x = Tensor();
+  mask = Tensor();
+  y = Tensor();
+  cuda::empty_cache(0);
 }
 
 }  // namespace
