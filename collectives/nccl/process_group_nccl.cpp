@@ -74,6 +74,14 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // Sleeps between polls of a device state; short, since these waits guard the host.
 void poll_pause() { std::this_thread::sleep_for(std::chrono::microseconds(200)); }
 
+// cudaEventQuery / cudaStreamQuery also leave cudaErrorNotReady in the calling thread's
+// last-error slot. Left there, the next kernel launch check on this thread (the training
+// thread: cudaGetLastError after each launch) would fail with "device not ready".
+// Clears that value and only that one.
+void forget_not_ready() {
+  if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+}
+
 }  // namespace
 
 // ---- NcclShared ----
@@ -116,7 +124,9 @@ void NcclShared::wait_ready(const std::string& what, Clock::time_point deadline)
       break;
     }
     if (Clock::now() > deadline) {
-      abort(what + ": still in progress after " + std::to_string(timeout.count()) + " ms", true);
+      abort(what + ": still in progress after " + std::to_string(timeout.count()) + " ms (rank " +
+                std::to_string(rank) + ", cuda:" + std::to_string(device) + ")",
+            true);
       break;
     }
     poll_pause();
@@ -191,7 +201,8 @@ class NcclWork : public Work {
     }
     const cudaError_t q = cudaEventQuery(done_);
     if (q == cudaSuccess) observed_done_ = true;
-    else if (q != cudaErrorNotReady) {
+    else if (q == cudaErrorNotReady) forget_not_ready();
+    else {
       shared_->abort(on_failure_(collective_, cuda_failure("cudaEventQuery(done)", q, __FILE__, __LINE__,
                                                            shared_->rank, shared_->device)),
                      false);
@@ -292,6 +303,7 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
       if (s.aborted) break;
     }
     idle = cudaStreamQuery(s.stream) != cudaErrorNotReady;
+    if (!idle) forget_not_ready();
     if (!idle && Clock::now() > deadline) {
       s.abort("the process group was destroyed with collectives still running after " +
                   std::to_string(s.timeout.count()) + " ms",
@@ -395,7 +407,12 @@ void ProcessGroupNCCL::watchdog_loop() {
     std::erase_if(watched_, [&](const std::shared_ptr<NcclWork>& w) {
       return std::find(finished.begin(), finished.end(), w.get()) != finished.end();
     });
-    if (shared_->aborted) watched_.clear();  // every pending work now reports the abort
+    bool aborted;
+    {
+      std::lock_guard<std::mutex> shared_lock(shared_->mutex);  // never held while taking watch_mutex_
+      aborted = shared_->aborted;
+    }
+    if (aborted) watched_.clear();  // every pending work now reports the abort
   }
 }
 
