@@ -13,7 +13,7 @@ ProcessGroup::ProcessGroup(Setup setup)
       timeout_(setup.timeout),
       store_(std::move(setup.store)),
       server_(std::move(setup.server)),
-      tracker_(std::make_unique<ProgressTracker>(store_, rank_, size_)) {}
+      reports_(std::make_shared<FailureReports>(backend_, rank_, size_, store_)) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
@@ -33,16 +33,16 @@ std::shared_ptr<Work> ProcessGroup::run_allgather(const Collective& c) { throw u
 std::shared_ptr<Work> ProcessGroup::run_reduce_scatter(const Collective& c) { throw unsupported(c); }
 std::shared_ptr<Work> ProcessGroup::run_barrier(const Collective& c) { throw unsupported(c); }
 
-std::string ProcessGroup::timeout_report(const Collective& c, std::chrono::milliseconds waited) {
+std::string FailureReports::timeout(const Collective& c, std::chrono::milliseconds waited) {
   return c.describe() + " did not complete within " + std::to_string(waited.count()) +
          " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (" +
-         backend_ + "): " + ProgressTracker::describe(tracker_->laggards(c.seq), backend_);
+         backend_ + "): " + ProgressTracker::describe(tracker_.laggards(c.seq), backend_);
 }
 
-std::string ProcessGroup::failure_report(const Collective& c, const std::string& engine_error) {
+std::string FailureReports::failure(const Collective& c, const std::string& engine_error) {
   return c.describe() + " failed on rank " + std::to_string(rank_) + " of " +
          std::to_string(size_) + " (" + backend_ + "): " + engine_error + "; " +
-         ProgressTracker::describe(tracker_->laggards(c.seq), backend_);
+         ProgressTracker::describe(tracker_.laggards(c.seq), backend_);
 }
 
 void ProcessGroup::check_buffer(const Collective& c, const Buffer& b, const char* which) const {
@@ -82,7 +82,7 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective c) {
     case OpType::barrier: work = run_barrier(c); break;
   }
   last_seq_ = c.seq;  // only once the backend accepted it: unsupported ops consume no seq
-  tracker_->entered(c.seq);
+  reports_->tracker().entered(c.seq);
   return work;
 }
 

@@ -27,6 +27,28 @@
 
 namespace tandem {
 
+// The timeout and failure messages of one group: op, seq, bytes, this rank, and who has
+// not reached the op (from the progress every rank publishes). Work handles and queued
+// engine tasks hold this, never the group itself: a group whose last owner let go while
+// one of its own threads (a comm thread, the nccl watchdog) held it would be destroyed
+// on that thread and have to join it from itself.
+class FailureReports {
+ public:
+  FailureReports(std::string backend, int rank, int size, std::shared_ptr<Store> store)
+      : backend_(std::move(backend)), rank_(rank), size_(size), tracker_(std::move(store), rank, size) {}
+
+  std::string timeout(const Collective& c, std::chrono::milliseconds waited);
+  // An op the engine failed: its error plus who has not reached it.
+  std::string failure(const Collective& c, const std::string& engine_error);
+  ProgressTracker& tracker() { return tracker_; }
+
+ private:
+  const std::string backend_;
+  const int rank_;
+  const int size_;
+  ProgressTracker tracker_;
+};
+
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
   virtual ~ProcessGroup();
@@ -84,12 +106,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual bool accepts(Device device) const = 0;
 
   UnsupportedOp unsupported(const Collective& c, const std::string& detail = "") const;
-  // The timeout message: op, seq, bytes, this rank, and who has not reached it.
-  std::string timeout_report(const Collective& c, std::chrono::milliseconds waited);
-  // The same for an op the engine failed: its error plus who has not reached it.
-  std::string failure_report(const Collective& c, const std::string& engine_error);
-
-  ProgressTracker& tracker() { return *tracker_; }
+  // Shared with Work handles and engine tasks (see FailureReports).
+  const std::shared_ptr<FailureReports>& reports() const { return reports_; }
 
  private:
   std::shared_ptr<Work> issue(Collective c);
@@ -101,7 +119,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<StoreServer> server_;
-  std::unique_ptr<ProgressTracker> tracker_;
+  std::shared_ptr<FailureReports> reports_;
   mutable std::mutex issue_mutex_;
   uint64_t last_seq_ = 0;
 };

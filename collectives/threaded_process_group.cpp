@@ -7,13 +7,14 @@ ThreadedProcessGroup::ThreadedProcessGroup(Setup setup)
     : ProcessGroup(setup), comm_(setup.backend + " rank " + std::to_string(setup.rank)) {}
 
 std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::function<void()> engine_call) {
-  // The handles and the queued task may outlive the group: they hold it weakly.
+  // The handles and the queued task may outlive the group: they hold it weakly, and its
+  // reports strongly. The comm thread never holds the group (see FailureReports); a
+  // timeout is seen by a waiting caller, which may.
   std::weak_ptr<ProcessGroup> weak = weak_from_this();
-  auto on_timeout = [weak](const Collective& op, std::chrono::milliseconds waited) {
-    auto group = std::static_pointer_cast<ThreadedProcessGroup>(weak.lock());
-    if (!group) return op.describe() + " timed out after " + std::to_string(waited.count()) + " ms";
-    std::string report = group->timeout_report(op, waited);
-    group->comm_.break_group(op.describe() + " timed out");
+  auto on_timeout = [weak, reports = reports()](const Collective& op, std::chrono::milliseconds waited) {
+    std::string report = reports->timeout(op, waited);
+    if (auto group = std::static_pointer_cast<ThreadedProcessGroup>(weak.lock()))
+      group->comm_.break_group(op.describe() + " timed out");
     return report;
   };
   auto work = std::make_shared<CompletionWork>(c, timeout(), on_timeout);
@@ -34,16 +35,14 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
       call();
     };
   }
-  comm_.submit(work, [weak, c, call = std::move(engine_call)] {
+  comm_.submit(work, [reports = reports(), c, call = std::move(engine_call)] {
     try {
       call();
     } catch (const CollectiveError&) {
       throw;
     } catch (const std::exception& e) {
-      auto group = std::static_pointer_cast<ThreadedProcessGroup>(weak.lock());
       const std::string what = e.what();
-      const std::string report =
-          group ? group->failure_report(c, what) : c.describe() + " failed: " + what;
+      const std::string report = reports->failure(c, what);
       // Engines report their own timeouts as plain errors; keep the distinction.
       if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos) {
         throw CollectiveTimeout(report);

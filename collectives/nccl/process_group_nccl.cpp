@@ -358,20 +358,18 @@ std::shared_ptr<Work> ProcessGroupNCCL::launch(const Collective& c, const char* 
       }
     }
   }
-  if (!failure.empty()) s.abort(failure_report(c, failure), false);
+  if (!failure.empty()) s.abort(reports()->failure(c, failure), false);
   s.throw_if_aborted(what);
   const auto deadline = Clock::now() + timeout();
   if (rc == ncclInProgress) s.wait_ready(what, deadline);
   TANDEM_CUDA_CHECK(s, cudaEventRecord(done, s.stream));
 
-  std::weak_ptr<ProcessGroup> weak = weak_from_this();
-  auto on_timeout = [weak](const Collective& op, milliseconds waited) {
-    auto g = std::static_pointer_cast<ProcessGroupNCCL>(weak.lock());
-    return g ? g->timeout_report(op, waited) : op.describe() + " timed out";
+  // The watchdog calls these: they hold the reports, never the group (see FailureReports).
+  auto on_timeout = [reports = reports()](const Collective& op, milliseconds waited) {
+    return reports->timeout(op, waited);
   };
-  auto on_failure = [weak](const Collective& op, const std::string& error) {
-    auto g = std::static_pointer_cast<ProcessGroupNCCL>(weak.lock());
-    return g ? g->failure_report(op, error) : op.describe() + " failed: " + error;
+  auto on_failure = [reports = reports()](const Collective& op, const std::string& error) {
+    return reports->failure(op, error);
   };
   auto work = std::make_shared<NcclWork>(c, timeout(), shared_, done_guard.release(), compute_stream_, deadline,
                                          on_timeout, on_failure);
@@ -399,7 +397,7 @@ void ProcessGroupNCCL::watchdog_loop() {
       }
       w->check_async_error();
       if (Clock::now() > w->deadline()) {
-        shared_->abort(timeout_report(w->collective(), timeout()), true);
+        shared_->abort(reports()->timeout(w->collective(), timeout()), true);
       }
       break;  // ops on one stream finish in order: the first pending one decides
     }
