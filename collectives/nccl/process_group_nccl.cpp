@@ -105,19 +105,22 @@ void NcclShared::throw_if_aborted(const std::string& what) {
   throw CollectiveError(msg);
 }
 
+ncclResult_t NcclShared::async_state_locked(std::string& failure) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+  if (rc != ncclSuccess) state = rc;
+  if (state != ncclSuccess && state != ncclInProgress)
+    failure = nccl_failure("ncclCommGetAsyncError(comm, &state)", state, comm, __FILE__, __LINE__, rank, device);
+  return state;
+}
+
 void NcclShared::wait_ready(const std::string& what, Clock::time_point deadline) {
   for (;;) {
-    ncclResult_t state = ncclSuccess;
     std::string failure;
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (aborted) break;
-      const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-      if (rc != ncclSuccess) state = rc;
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) {
-        failure = nccl_failure("ncclCommGetAsyncError(comm, &state)", state, comm, __FILE__, __LINE__, rank, device);
-      }
+      if (async_state_locked(failure) == ncclSuccess) return;
     }
     if (!failure.empty()) {
       abort(what + ": " + failure, false);
@@ -215,13 +218,7 @@ class NcclWork : public Work {
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       if (shared_->aborted || !shared_->comm) return;
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t rc = ncclCommGetAsyncError(shared_->comm, &state);
-      if (rc != ncclSuccess) state = rc;
-      if (state != ncclSuccess && state != ncclInProgress) {
-        failure = nccl_failure("ncclCommGetAsyncError(comm, &state)", state, shared_->comm, __FILE__, __LINE__,
-                               shared_->rank, shared_->device);
-      }
+      shared_->async_state_locked(failure);
     }
     if (!failure.empty()) shared_->abort(on_failure_(collective_, failure), false);
   }
@@ -294,13 +291,21 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   if (watchdog_.joinable()) watchdog_.join();
   NcclShared& s = *shared_;
   cudaSetDevice(s.device);
-  // Let issued ops finish (bounded by the timeout), then finalize; abort otherwise.
+  // Let issued ops finish (bounded by the timeout), then finalize; abort otherwise. The
+  // watchdog has stopped, so this loop watches for NCCL errors itself: a peer that died
+  // with ops in flight aborts at once rather than after the whole timeout.
   const auto deadline = Clock::now() + s.timeout;
   bool idle = false;
   while (!idle) {
+    std::string failure;
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       if (s.aborted) break;
+      if (s.comm) s.async_state_locked(failure);
+    }
+    if (!failure.empty()) {
+      s.abort("the process group was destroyed with collectives in flight: " + failure, false);
+      break;
     }
     idle = cudaStreamQuery(s.stream) != cudaErrorNotReady;
     if (!idle) forget_not_ready();

@@ -53,6 +53,9 @@ struct NcclShared {
   void abort(const std::string& reason, bool timeout_caused);
   // Throws the abort reason if the communicator was aborted.
   void throw_if_aborted(const std::string& what);
+  // With `mutex` held and comm set: ncclCommGetAsyncError's state (a failure of the call
+  // itself counts as the state); sets `failure` to the message when the state is an error.
+  ncclResult_t async_state_locked(std::string& failure);
   // Polls ncclCommGetAsyncError until it is no longer in progress, up to `deadline`;
   // aborts and throws on error or timeout.
   void wait_ready(const std::string& what, std::chrono::steady_clock::time_point deadline);
