@@ -68,11 +68,17 @@ class StagedAverageHook final : public CommHook {
   explicit StagedAverageHook(const Tensor& flat) : bytes_(flat.nbytes()), count_(flat.numel()) {
     host_ = static_cast<float*>(cuda::alloc_pinned_host(bytes_));
   }
-  ~StagedAverageHook() override { cuda::free_pinned_host(host_); }
+  ~StagedAverageHook() override {
+    // An op that never completed (a timeout) may still be written into by the engine's
+    // abandoned thread: its buffer is left to the process's exit rather than freed under it.
+    if (last_ && !last_->is_completed()) return;
+    cuda::free_pinned_host(host_);
+  }
   std::shared_ptr<Work> launch(ProcessGroup& group, Tensor& flat) override {
     // Device-to-host copies return once the data has arrived (runtime/cuda_device.h).
     device_copy(host_, Device::cpu(), flat.raw(), flat.device(), bytes_);
-    return group.allreduce(cpu_buffer(host_, count_), ReduceOp::avg);
+    last_ = group.allreduce(cpu_buffer(host_, count_), ReduceOp::avg);
+    return last_;
   }
   void finish(Tensor& flat) override { device_copy(flat.raw(), flat.device(), host_, Device::cpu(), bytes_); }
 
@@ -80,6 +86,7 @@ class StagedAverageHook final : public CommHook {
   size_t bytes_;
   int64_t count_;
   float* host_ = nullptr;
+  std::shared_ptr<Work> last_;  // the op reading and writing host_
 };
 
 }  // namespace
