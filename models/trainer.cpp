@@ -121,7 +121,11 @@ void run_training(const TrainConfig& c) {
   if (c.mode == "ddp") {
     InitOptions io;
     io.backend = parse_backend(c.backend);
-    io.device = device.kind;
+    // mpi and gloo reduce host memory only: with --device cuda the strategy stages GPU
+    // buckets through pinned host memory, so the group itself is a CPU group (asking for
+    // a CUDA one is refused: "the mpi backend cannot reduce CUDA buffers").
+    const bool host_staged = io.backend == Backend::mpi || io.backend == Backend::gloo;
+    io.device = host_staged ? DeviceKind::cpu : device.kind;
     io.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.collective_timeout_s * 1000));
     io.rendezvous_timeout = io.timeout;  // waiting for a peer to arrive is waiting for a peer
     std::shared_ptr<ProcessGroup> group = init_process_group(io);

@@ -293,7 +293,10 @@ void CudaKernels::bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
   launch::bf16_to_f32(dst, src, n, ctx_.stream);
 }
 
-void CudaKernels::synchronize() { ctx_.synchronize(); }
+void CudaKernels::synchronize() {
+  ensure_current(ctx_.device);  // a reported error is cleared with a memset on this device's stream
+  ctx_.synchronize();
+}
 
 namespace {
 // A timing event recorded on the compute stream. Destroying it while pending is legal:
