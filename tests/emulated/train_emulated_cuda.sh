@@ -1,0 +1,84 @@
+# tandem-train --device cuda on the emulated CUDA device (emulated_cuda.cpp: host memory,
+# the CPU kernels), against tandem-train --device cpu with the same flags. Every run must
+# end with the CPU run's param_checksum, bit for bit, so the device paths (LOCAL_RANK to
+# GPU, DataParallel over two devices, DDP staging GPU buckets through pinned host memory
+# for mpi and gloo, checkpoints from a device onto the CPU and back) move the same bytes.
+# The CNN agrees within 1e-4 instead: its Conv2d batches images per GEMM on a device and
+# takes one image at a time on the CPU, so its sums round differently.
+# Also: the summary's device figures, two DDP ranks sharing one GPU, and the errors for
+# too few GPUs and a comm hook the staged path cannot run.
+source "$(dirname "$0")/../e2e/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+E="$BIN/tandem-train-emulated"
+T="$BIN/tandem-train"
+RUN="$BIN/tandemrun"
+MPI=(mpirun --oversubscribe -np 2)
+COMMON=(--data synthetic --synthetic-train 4096 --synthetic-test 1024 --model mlp --hidden 64 --batch-size 32
+        --lr 0.02 --max-steps 40 --no-progress --threads 1)
+export TANDEM_EMULATED_GPUS=2
+
+for dev in cpu cuda; do
+  expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --summary-json "$TMP/single-$dev.json"
+  expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --mode dp --devices 2 --summary-json "$TMP/dp-$dev.json"
+  expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --device "$dev" --mode ddp --backend mpi \
+    --summary-json "$TMP/mpi-$dev.json"
+  expect 0 "done:" -- "$RUN" --nproc-per-node 2 --master-port 0 -- "$E" "${COMMON[@]}" --device "$dev" --mode ddp \
+    --backend gloo --summary-json "$TMP/gloo-$dev.json"
+  # The CNN through DDP: its conv and pooling buffers on the device, 2 ranks of 16.
+  expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --model cnn --batch-size 16 --max-steps 6 --device "$dev" \
+    --mode ddp --backend mpi --grad-accum 2 --summary-json "$TMP/cnn-$dev.json"
+done
+# The plain tandem-train on the CPU agrees with the emulated build's CPU run.
+expect 0 "done:" -- "$T" "${COMMON[@]}" --summary-json "$TMP/single-real.json"
+
+# Two ranks on one GPU: the host-staged backends wrap LOCAL_RANK around the visible GPUs.
+expect 0 "done:" -- env TANDEM_EMULATED_GPUS=1 "${MPI[@]}" -x TANDEM_EMULATED_GPUS "$E" "${COMMON[@]}" \
+  --device cuda --mode ddp --backend mpi --summary-json "$TMP/shared.json"
+
+# Checkpoints: written on the device, resumed on the CPU, and the other way round; each
+# resumed run ends where the uninterrupted one did.
+expect 0 "done:" -- "$E" "${COMMON[@]}" --device cuda --checkpoint-dir "$TMP/ck-cuda" --save-every 20 \
+  --summary-json "$TMP/ck-cuda.json"
+expect 0 "done:" -- "$E" "${COMMON[@]}" --device cpu --resume "$TMP/ck-cuda/step-00000020" \
+  --summary-json "$TMP/from-cuda.json"
+expect 0 "done:" -- "$E" "${COMMON[@]}" --device cpu --checkpoint-dir "$TMP/ck-cpu" --save-every 20 \
+  --summary-json "$TMP/ck-cpu.json"
+expect 0 "done:" -- "$E" "${COMMON[@]}" --device cuda --resume "$TMP/ck-cpu/step-00000020" \
+  --summary-json "$TMP/from-cpu.json"
+# Into another mode: DDP(2) on the devices and on the CPU from the same CPU checkpoint.
+for dev in cpu cuda; do
+  expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --device "$dev" --mode ddp --backend mpi --batch-size 16 \
+    --resume "$TMP/ck-cpu/step-00000020" --summary-json "$TMP/from-cpu-ddp-$dev.json"
+done
+
+# Errors that name the problem.
+expect 1 "no CUDA GPU is visible" -- env TANDEM_EMULATED_GPUS=0 "$E" "${COMMON[@]}" --device cuda
+expect 1 "--devices 3 needs 3 GPUs but 2 are visible" -- "$E" "${COMMON[@]}" --device cuda --mode dp --devices 3
+expect 2 "--comm-hook bf16 with --device cuda needs --backend nccl" -- "$E" "${COMMON[@]}" --device cuda \
+  --mode ddp --backend gloo --comm-hook bf16
+
+expect 0 "emulated ok" -- python3 - "$TMP" <<'PY'
+import json, sys
+d = sys.argv[1]
+s = lambda k: json.load(open(f"{d}/{k}.json"))
+for k in ("single", "dp", "mpi", "gloo", "cnn"):
+    cpu, gpu = s(f"{k}-cpu"), s(f"{k}-cuda")
+    if k == "cnn":  # Conv2d batches images per GEMM on a GPU, one image on the CPU: other roundings
+        for f in ("final_train_loss", "test_loss"):
+            assert abs(gpu[f] - cpu[f]) <= 1e-4 * abs(cpu[f]), (k, f, gpu[f], cpu[f])
+    else:
+        assert gpu["param_checksum"] == cpu["param_checksum"], (k, gpu["param_checksum"], cpu["param_checksum"])
+    assert gpu["device"] == "cuda:0" and cpu["device"] == "cpu", (k, gpu["device"], cpu["device"])
+    assert gpu["peak_device_memory_mb"] > 0, (k, gpu.get("peak_device_memory_mb"))
+    assert cpu.get("peak_device_memory_mb") in (None, 0), (k, cpu.get("peak_device_memory_mb"))
+for k in ("mpi", "gloo", "cnn"):
+    assert s(f"{k}-cuda")["replicas_identical"] is True, k
+assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
+# DDP(2) with batch 32 per rank sees what DP(2) over 64 does; the shared GPU changes nothing.
+assert s("shared")["param_checksum"] == s("mpi-cuda")["param_checksum"]
+for a, b in (("from-cuda", "ck-cuda"), ("from-cpu", "ck-cpu"), ("ck-cuda", "single-cpu"),
+             ("from-cpu-ddp-cuda", "from-cpu-ddp-cpu")):
+    assert s(a)["param_checksum"] == s(b)["param_checksum"], (a, b)
+print("emulated ok")
+PY
+finish
