@@ -121,6 +121,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 std::vector<float> Tensor::to_vector() const {
+  if (numel_ == 0) return {};  // no memcpy from a null buffer
   Tensor host = device().is_cpu() ? *this : to(Device::cpu());
   std::vector<float> out(static_cast<size_t>(numel_));
   Kernels& k = kernels_for(Device::cpu());

@@ -24,6 +24,11 @@ for dev in cpu cuda; do
     --summary-json "$TMP/mpi-$dev.json"
   expect 0 "done:" -- "$RUN" --nproc-per-node 2 --master-port 0 -- "$E" "${COMMON[@]}" --device "$dev" --mode ddp \
     --backend gloo --summary-json "$TMP/gloo-$dev.json"
+  # Many small buckets, reduced after backward; DP accumulating two micro-batches.
+  expect 0 "done:" -- "$RUN" --nproc-per-node 2 --master-port 0 -- "$E" "${COMMON[@]}" --device "$dev" --mode ddp \
+    --backend gloo --bucket-cap-mb 0.01 --no-overlap --summary-json "$TMP/buckets-$dev.json"
+  expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --mode dp --devices 2 --grad-accum 2 --batch-size 16 \
+    --summary-json "$TMP/dpaccum-$dev.json"
   # The CNN through DDP: its conv and pooling buffers on the device, 2 ranks of 16.
   expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --model cnn --batch-size 16 --max-steps 6 --device "$dev" \
     --mode ddp --backend mpi --grad-accum 2 --summary-json "$TMP/cnn-$dev.json"
@@ -61,7 +66,7 @@ expect 0 "emulated ok" -- python3 - "$TMP" <<'PY'
 import json, sys
 d = sys.argv[1]
 s = lambda k: json.load(open(f"{d}/{k}.json"))
-for k in ("single", "dp", "mpi", "gloo", "cnn"):
+for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn"):
     cpu, gpu = s(f"{k}-cpu"), s(f"{k}-cuda")
     if k == "cnn":  # Conv2d batches images per GEMM on a GPU, one image on the CPU: other roundings
         for f in ("final_train_loss", "test_loss"):
@@ -71,8 +76,9 @@ for k in ("single", "dp", "mpi", "gloo", "cnn"):
     assert gpu["device"] == "cuda:0" and cpu["device"] == "cpu", (k, gpu["device"], cpu["device"])
     assert gpu["peak_device_memory_mb"] > 0, (k, gpu.get("peak_device_memory_mb"))
     assert cpu.get("peak_device_memory_mb") in (None, 0), (k, cpu.get("peak_device_memory_mb"))
-for k in ("mpi", "gloo", "cnn"):
+for k in ("mpi", "gloo", "buckets", "cnn"):
     assert s(f"{k}-cuda")["replicas_identical"] is True, k
+assert len(s("buckets-cuda")["buckets"]) > len(s("gloo-cuda")["buckets"]), "a smaller cap, more buckets"
 assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
 # DDP(2) with batch 32 per rank sees what DP(2) over 64 does; the shared GPU changes nothing.
 assert s("shared")["param_checksum"] == s("mpi-cuda")["param_checksum"]
