@@ -85,6 +85,9 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
       Tensor dy = dlogits.view(begin[r] * classes, outputs[r].shape());
       if (r > 0) replicas_[r]->zero_grad();
       replicas_[r]->backward(dy.on(devices_[r]));
+      // The lap below waits for device 0 only; each other device's backward ends here, so
+      // it is not counted as the reduce-add's time.
+      if (r > 0) kernels_for(devices_[r]).synchronize();
     });
     times.backward_ms += sw.lap_ms();
     // 7: reduce-add onto device 0.
