@@ -28,7 +28,8 @@ def parse_ctest(path):
         text = open(path, errors="replace").read()
     except OSError:
         return None
-    for m in re.finditer(r"Test\s+#\d+:\s+(\S+)\s+\.*\s*(\**)\s*([A-Za-z][A-Za-z ]*?)\s+[\d.]+ sec", text):
+    # "Exception: SegFault" and the like: a crash is a failure, never left uncounted.
+    for m in re.finditer(r"Test\s+#\d+:\s+(\S+)\s+\.*\s*(\**)\s*([A-Za-z][A-Za-z: ]*?)\s+[\d.]+ sec", text):
         name, status = m.group(1), m.group(3).strip()
         out["total"] += 1
         if status == "Passed":
