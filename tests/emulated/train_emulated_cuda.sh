@@ -5,8 +5,8 @@
 # for mpi and gloo, checkpoints from a device onto the CPU and back) move the same bytes.
 # The CNN agrees within 1e-4 instead: its Conv2d batches images per GEMM on a device and
 # takes one image at a time on the CPU, so its sums round differently.
-# Also: the summary's device figures, two DDP ranks sharing one GPU, and the errors for
-# too few GPUs and a comm hook the staged path cannot run.
+# Also: the summary's device figures, traces, AdamW state in checkpoints, two DDP ranks
+# sharing one GPU, and the errors for too few GPUs and a comm hook the staged path cannot run.
 source "$(dirname "$0")/../e2e/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 E="$BIN/tandem-train-emulated"
@@ -23,7 +23,7 @@ for dev in cpu cuda; do
   expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --device "$dev" --mode ddp --backend mpi \
     --summary-json "$TMP/mpi-$dev.json"
   expect 0 "done:" -- "$RUN" --nproc-per-node 2 --master-port 0 -- "$E" "${COMMON[@]}" --device "$dev" --mode ddp \
-    --backend gloo --summary-json "$TMP/gloo-$dev.json"
+    --backend gloo --trace "$TMP/trace-$dev.json" --summary-json "$TMP/gloo-$dev.json"
   # Many small buckets, reduced after backward; DP accumulating two micro-batches.
   expect 0 "done:" -- "$RUN" --nproc-per-node 2 --master-port 0 -- "$E" "${COMMON[@]}" --device "$dev" --mode ddp \
     --backend gloo --bucket-cap-mb 0.01 --no-overlap --summary-json "$TMP/buckets-$dev.json"
@@ -41,11 +41,16 @@ expect 0 "done:" -- env TANDEM_EMULATED_GPUS=1 "${MPI[@]}" -x TANDEM_EMULATED_GP
   --device cuda --mode ddp --backend mpi --summary-json "$TMP/shared.json"
 
 # Checkpoints: written on the device, resumed on the CPU, and the other way round; each
-# resumed run ends where the uninterrupted one did.
+# resumed run ends where the uninterrupted one did. AdamW's moments travel too.
 expect 0 "done:" -- "$E" "${COMMON[@]}" --device cuda --checkpoint-dir "$TMP/ck-cuda" --save-every 20 \
   --summary-json "$TMP/ck-cuda.json"
 expect 0 "done:" -- "$E" "${COMMON[@]}" --device cpu --resume "$TMP/ck-cuda/step-00000020" \
   --summary-json "$TMP/from-cuda.json"
+ADAMW=(--optimizer adamw --lr 0.001 --weight-decay 0.01)
+expect 0 "done:" -- "$E" "${COMMON[@]}" "${ADAMW[@]}" --device cuda --checkpoint-dir "$TMP/ck-adamw" --save-every 20 \
+  --summary-json "$TMP/ck-adamw.json"
+expect 0 "done:" -- "$E" "${COMMON[@]}" "${ADAMW[@]}" --device cpu --resume "$TMP/ck-adamw/step-00000020" \
+  --summary-json "$TMP/from-adamw.json"
 expect 0 "done:" -- "$E" "${COMMON[@]}" --device cpu --checkpoint-dir "$TMP/ck-cpu" --save-every 20 \
   --summary-json "$TMP/ck-cpu.json"
 expect 0 "done:" -- "$E" "${COMMON[@]}" --device cuda --resume "$TMP/ck-cpu/step-00000020" \
@@ -82,9 +87,13 @@ assert len(s("buckets-cuda")["buckets"]) > len(s("gloo-cuda")["buckets"]), "a sm
 assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
 # DDP(2) with batch 32 per rank sees what DP(2) over 64 does; the shared GPU changes nothing.
 assert s("shared")["param_checksum"] == s("mpi-cuda")["param_checksum"]
-for a, b in (("from-cuda", "ck-cuda"), ("from-cpu", "ck-cpu"), ("ck-cuda", "single-cpu"),
+for a, b in (("from-cuda", "ck-cuda"), ("from-cpu", "ck-cpu"), ("ck-cuda", "single-cpu"), ("from-adamw", "ck-adamw"),
              ("from-cpu-ddp-cuda", "from-cpu-ddp-cpu")):
     assert s(a)["param_checksum"] == s(b)["param_checksum"], (a, b)
+# Traces from the device: per-rank files with bucket spans, as on the CPU.
+for r in (0, 1):
+    events = json.load(open(f"{d}/trace-cuda.rank{r}.json"))["traceEvents"]
+    assert any(e.get("name", "").startswith("allreduce bucket") for e in events), r
 print("emulated ok")
 PY
 finish
