@@ -7,8 +7,9 @@
 //
 // drop_last = true (training): a short final batch is dropped, so every step has the full
 // batch and all replicas take the same number of steps. drop_last = false (evaluation): the
-// final batch is smaller. There is no background prefetch: assembling a batch is one table
-// lookup per pixel (~0.1 ms for 128 Fashion-MNIST images), far below a training step.
+// final batch is smaller. There is no background prefetch: assembling a batch converts and
+// normalises 8 pixels per vector instruction (0.8 ms for 1024 Fashion-MNIST images in
+// tandem-train's "load batch" span), below a training step of that batch.
 #pragma once
 
 #include <cstdint>
