@@ -8,8 +8,10 @@
 // processes, with results that must equal the CPU's bit for bit.
 // What it cannot cover: CUDA itself (streams, events, kernels, NCCL): tests/gpu and
 // scripts/gpu-check do, on a GPU. Device memory is host memory here, so a host read of
-// device memory goes unnoticed; fresh blocks are filled with NaN bytes, so a read of
-// memory nothing wrote does not.
+// device memory goes unnoticed; every block handed out is filled with NaN bytes, so a
+// read of memory nothing wrote does not. Released blocks are cached by exact size, so
+// the memory figures behave like the real caching allocator's (no new blocks once a
+// training loop is warm).
 //
 // TANDEM_EMULATED_GPUS sets the device count (default 2; 0 acts as a machine without GPUs).
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -35,7 +38,10 @@ struct EmulatedDevices {
   std::mutex mutex;
   std::deque<cpu::CpuKernels> kernels;  // deque: stable addresses
   std::vector<MemoryStats> stats;
-  std::unordered_map<void*, std::pair<int, size_t>> blocks;  // ptr -> (device, bytes)
+  std::unordered_map<void*, std::pair<int, size_t>> blocks;  // live: ptr -> (device, bytes)
+  // Released blocks by (device, exact size), handed out again as the real caching
+  // allocator would: device_mallocs stays flat once a loop asks for the same sizes.
+  std::multimap<std::pair<int, size_t>, void*> cached;
 
   EmulatedDevices() {
     const char* env = std::getenv("TANDEM_EMULATED_GPUS");
@@ -64,17 +70,27 @@ int device_count() { return static_cast<int>(devices().kernels.size()); }
 void* alloc(size_t bytes, int device) {
   check_index(device);
   if (bytes == 0) return nullptr;
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0xff, bytes);  // NaN in every float: reads of unwritten memory show
   EmulatedDevices& e = devices();
-  std::lock_guard<std::mutex> lock(e.mutex);
-  e.blocks[p] = {device, bytes};
-  MemoryStats& s = e.stats[static_cast<size_t>(device)];
-  s.allocated_bytes += bytes;
-  s.reserved_bytes += bytes;
-  s.peak_allocated_bytes = std::max(s.peak_allocated_bytes, s.allocated_bytes);
-  ++s.device_mallocs;
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(e.mutex);
+    MemoryStats& s = e.stats[static_cast<size_t>(device)];
+    auto hit = e.cached.find({device, bytes});
+    if (hit != e.cached.end()) {
+      p = hit->second;
+      e.cached.erase(hit);
+      ++s.cache_hits;
+    } else {
+      p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+      if (!p) throw std::bad_alloc();
+      s.reserved_bytes += bytes;
+      ++s.device_mallocs;
+    }
+    e.blocks[p] = {device, bytes};
+    s.allocated_bytes += bytes;
+    s.peak_allocated_bytes = std::max(s.peak_allocated_bytes, s.allocated_bytes);
+  }
+  std::memset(p, 0xff, bytes);  // NaN in every float, new or reused: reads of unwritten memory show
   return p;
 }
 
@@ -88,12 +104,10 @@ void free(void* ptr, size_t, int device) {
       std::fprintf(stderr, "emulated cuda: free of %p on cuda:%d, which it does not hold\n", ptr, device);
       std::abort();  // a double free or a free on the wrong device: a bug worth a core
     }
-    MemoryStats& s = e.stats[static_cast<size_t>(device)];
-    s.allocated_bytes -= it->second.second;
-    s.reserved_bytes -= it->second.second;
+    e.stats[static_cast<size_t>(device)].allocated_bytes -= it->second.second;
+    e.cached.emplace(it->second, ptr);
     e.blocks.erase(it);
   }
-  std::free(ptr);
 }
 
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
@@ -141,7 +155,20 @@ void reset_peak_memory(int device) {
   s.peak_allocated_bytes = s.allocated_bytes;
 }
 
-void empty_cache(int device) { check_index(device); }
+void empty_cache(int device) {
+  check_index(device);
+  EmulatedDevices& e = devices();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  for (auto it = e.cached.begin(); it != e.cached.end();) {
+    if (it->first.first != device) {
+      ++it;
+      continue;
+    }
+    e.stats[static_cast<size_t>(device)].reserved_bytes -= it->first.second;
+    std::free(it->second);
+    it = e.cached.erase(it);
+  }
+}
 
 void* alloc_pinned_host(size_t bytes) {
   if (bytes == 0) return nullptr;
