@@ -7,14 +7,19 @@
 // from and loaded onto a device, the summary's device figures) runs in CI, on real
 // processes, with results that must equal the CPU's bit for bit.
 // What it cannot cover: CUDA itself (streams, events, kernels, NCCL): tests/gpu and
-// scripts/gpu-check do, on a GPU. Device memory is host memory here, so a host read of
-// device memory goes unnoticed; every block handed out is filled with NaN bytes, so a
-// read of memory nothing wrote does not. Released blocks are cached by exact size, so
-// the memory figures behave like the real caching allocator's (no new blocks once a
-// training loop is warm).
+// scripts/gpu-check do, on a GPU.
+//
+// Device pointers are host addresses moved by kTag into the non-canonical half of the
+// x86-64 address space: host code that dereferences one faults at once, as it would on
+// a GPU, while pointer arithmetic (views, buckets) works as usual. Only the emulated
+// kernels (EmulatedKernels) and copies move them back. Every block handed out is filled
+// with NaN bytes, so a read of memory nothing wrote shows too. Released blocks are
+// cached by exact size, so the memory figures behave like the real caching allocator's
+// (no new blocks once a training loop is warm).
 //
 // TANDEM_EMULATED_GPUS sets the device count (default 2; 0 acts as a machine without GPUs).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,9 +39,126 @@ namespace tandem::cuda {
 
 namespace {
 
+constexpr uintptr_t kTag = uintptr_t{1} << 62;
+
+template <class T>
+T* device_ptr(T* host) {
+  return host ? reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(host) + kTag) : nullptr;
+}
+
+template <class T>
+T* host_ptr(T* device) {
+  return device ? reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(device) - kTag) : nullptr;
+}
+
+// The CPU kernels behind the device's pointers: each call moves its pointers back.
+class EmulatedKernels final : public Kernels {
+ public:
+  explicit EmulatedKernels(int device) : device_(device) {}
+  Device device() const override { return Device::cuda(device_); }
+
+  void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
+            float alpha, float beta) override {
+    cpu_.gemm(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta);
+  }
+  void fill(float* x, int64_t n, float v) override { cpu_.fill(host_ptr(x), n, v); }
+  void copy(float* d, const float* s, int64_t n) override { cpu_.copy(host_ptr(d), host_ptr(s), n); }
+  void scale(float* x, int64_t n, float a) override { cpu_.scale(host_ptr(x), n, a); }
+  void axpy(float* y, const float* x, int64_t n, float a) override { cpu_.axpy(host_ptr(y), host_ptr(x), n, a); }
+  void add_bias_rows(float* y, const float* b, int64_t r, int64_t c) override {
+    cpu_.add_bias_rows(host_ptr(y), host_ptr(b), r, c);
+  }
+  void sum_rows_acc(float* o, const float* x, int64_t r, int64_t c) override {
+    cpu_.sum_rows_acc(host_ptr(o), host_ptr(x), r, c);
+  }
+  void add_bias_channels(float* y, const float* b, int64_t n, int64_t c, int64_t hw) override {
+    cpu_.add_bias_channels(host_ptr(y), host_ptr(b), n, c, hw);
+  }
+  void sum_channels_acc(float* o, const float* x, int64_t n, int64_t c, int64_t hw) override {
+    cpu_.sum_channels_acc(host_ptr(o), host_ptr(x), n, c, hw);
+  }
+  void relu_forward(float* y, const float* x, int64_t n) override { cpu_.relu_forward(host_ptr(y), host_ptr(x), n); }
+  void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override {
+    cpu_.relu_backward(host_ptr(dx), host_ptr(dy), host_ptr(y), n);
+  }
+  void gelu_forward(float* y, const float* x, int64_t n) override { cpu_.gelu_forward(host_ptr(y), host_ptr(x), n); }
+  void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) override {
+    cpu_.gelu_backward(host_ptr(dx), host_ptr(dy), host_ptr(x), n);
+  }
+  void dropout_forward(float* y, float* mask, const float* x, int64_t n, float p, uint64_t seed) override {
+    cpu_.dropout_forward(host_ptr(y), host_ptr(mask), host_ptr(x), n, p, seed);
+  }
+  void mul(float* y, const float* a, const float* b, int64_t n) override {
+    cpu_.mul(host_ptr(y), host_ptr(a), host_ptr(b), n);
+  }
+  void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
+                      int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override {
+    cpu_.im2col_batched(host_ptr(col), host_ptr(img), n, c, h, w, kh, kw, stride, pad, oh, ow);
+  }
+  void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
+                          int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override {
+    cpu_.col2im_batched_acc(host_ptr(img), host_ptr(col), n, c, h, w, kh, kw, stride, pad, oh, ow);
+  }
+  void swap_leading(float* d, const float* s, int64_t a, int64_t b, int64_t inner) override {
+    cpu_.swap_leading(host_ptr(d), host_ptr(s), a, b, inner);
+  }
+  void maxpool_forward(float* y, int32_t* arg, const float* x, int64_t planes, int64_t h, int64_t w, int64_t k,
+                       int64_t stride, int64_t oh, int64_t ow) override {
+    cpu_.maxpool_forward(host_ptr(y), host_ptr(arg), host_ptr(x), planes, h, w, k, stride, oh, ow);
+  }
+  void maxpool_backward(float* dx, const float* dy, const int32_t* arg, int64_t planes, int64_t h, int64_t w,
+                        int64_t oh, int64_t ow) override {
+    cpu_.maxpool_backward(host_ptr(dx), host_ptr(dy), host_ptr(arg), planes, h, w, oh, ow);
+  }
+  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* g, const float* b,
+                         int64_t rows, int64_t cols, float eps) override {
+    cpu_.layernorm_forward(host_ptr(y), host_ptr(mean), host_ptr(rstd), host_ptr(x), host_ptr(g), host_ptr(b), rows,
+                           cols, eps);
+  }
+  void layernorm_backward(float* dx, float* dg, float* db, const float* dy, const float* x, const float* g,
+                          const float* mean, const float* rstd, int64_t rows, int64_t cols) override {
+    cpu_.layernorm_backward(host_ptr(dx), host_ptr(dg), host_ptr(db), host_ptr(dy), host_ptr(x), host_ptr(g),
+                            host_ptr(mean), host_ptr(rstd), rows, cols);
+  }
+  void softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels, int64_t rows,
+                            int64_t classes) override {
+    cpu_.softmax_xent_forward(host_ptr(probs), host_ptr(losses), host_ptr(logits), host_ptr(labels), rows, classes);
+  }
+  void softmax_xent_backward(float* dl, const float* probs, const int32_t* labels, int64_t rows, int64_t classes,
+                             float scale) override {
+    cpu_.softmax_xent_backward(host_ptr(dl), host_ptr(probs), host_ptr(labels), rows, classes, scale);
+  }
+  int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override {
+    return cpu_.count_correct(host_ptr(logits), host_ptr(labels), rows, classes);
+  }
+  double sum(const float* x, int64_t n) override { return cpu_.sum(host_ptr(x), n); }
+  void sgd_update(float* p, float* buf, const float* g, int64_t n, float lr, float momentum, float wd, bool nesterov,
+                  bool first) override {
+    cpu_.sgd_update(host_ptr(p), host_ptr(buf), host_ptr(g), n, lr, momentum, wd, nesterov, first);
+  }
+  void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, float lr, float b1, float b2, float eps,
+                    float wd, int64_t step) override {
+    cpu_.adamw_update(host_ptr(p), host_ptr(m), host_ptr(v), host_ptr(g), n, lr, b1, b2, eps, wd, step);
+  }
+  void f32_to_f16(uint16_t* d, const float* s, int64_t n) override { cpu_.f32_to_f16(host_ptr(d), host_ptr(s), n); }
+  void f16_to_f32(float* d, const uint16_t* s, int64_t n) override { cpu_.f16_to_f32(host_ptr(d), host_ptr(s), n); }
+  void f32_to_bf16(uint16_t* d, const float* s, int64_t n) override { cpu_.f32_to_bf16(host_ptr(d), host_ptr(s), n); }
+  void bf16_to_f32(float* d, const uint16_t* s, int64_t n) override { cpu_.bf16_to_f32(host_ptr(d), host_ptr(s), n); }
+  void synchronize() override {}
+  std::shared_ptr<TimeMark> mark() override { return cpu_.mark(); }
+  double elapsed_ms(const TimeMark& from, const TimeMark& to) override { return cpu_.elapsed_ms(from, to); }
+  std::shared_ptr<PendingValue> sum_later(const float* x, int64_t n) override {
+    return cpu_.sum_later(host_ptr(x), n);
+  }
+
+ private:
+  int device_;
+  cpu::CpuKernels cpu_;
+};
+
 struct EmulatedDevices {
   std::mutex mutex;
-  std::deque<cpu::CpuKernels> kernels;  // deque: stable addresses
+  std::deque<EmulatedKernels> kernels;  // deque: stable addresses
   std::vector<MemoryStats> stats;
   std::unordered_map<void*, std::pair<int, size_t>> blocks;  // live: ptr -> (device, bytes)
   // Released blocks by (device, exact size), handed out again as the real caching
@@ -46,7 +168,7 @@ struct EmulatedDevices {
   EmulatedDevices() {
     const char* env = std::getenv("TANDEM_EMULATED_GPUS");
     const int n = env && *env ? std::atoi(env) : 2;
-    for (int d = 0; d < n; ++d) kernels.emplace_back(Device::cuda(d));
+    for (int d = 0; d < n; ++d) kernels.emplace_back(d);
     stats.resize(static_cast<size_t>(n));
   }
 };
@@ -91,17 +213,18 @@ void* alloc(size_t bytes, int device) {
     s.peak_allocated_bytes = std::max(s.peak_allocated_bytes, s.allocated_bytes);
   }
   std::memset(p, 0xff, bytes);  // NaN in every float, new or reused: reads of unwritten memory show
-  return p;
+  return device_ptr(p);
 }
 
-void free(void* ptr, size_t, int device) {
-  if (!ptr) return;
+void free(void* device_block, size_t, int device) {
+  if (!device_block) return;
+  void* ptr = host_ptr(device_block);
   EmulatedDevices& e = devices();
   {
     std::lock_guard<std::mutex> lock(e.mutex);
     auto it = e.blocks.find(ptr);
     if (it == e.blocks.end() || it->second.first != device) {
-      std::fprintf(stderr, "emulated cuda: free of %p on cuda:%d, which it does not hold\n", ptr, device);
+      std::fprintf(stderr, "emulated cuda: free of %p on cuda:%d, which it does not hold\n", device_block, device);
       std::abort();  // a double free or a free on the wrong device: a bug worth a core
     }
     e.stats[static_cast<size_t>(device)].allocated_bytes -= it->second.second;
@@ -113,7 +236,8 @@ void free(void* ptr, size_t, int device) {
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (dst_device.is_cuda()) check_index(dst_device.index);
   if (src_device.is_cuda()) check_index(src_device.index);
-  if (bytes) std::memcpy(dst, src, bytes);
+  if (bytes == 0) return;
+  std::memcpy(dst_device.is_cuda() ? host_ptr(dst) : dst, src_device.is_cuda() ? host_ptr(src) : src, bytes);
 }
 
 Kernels& kernels(int device) {
