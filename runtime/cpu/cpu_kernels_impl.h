@@ -40,10 +40,7 @@ inline float lane_sum(const float* __restrict x, int64_t n) {
 
 class CpuKernels final : public Kernels {
  public:
-  // `reported`: what device() answers; another than the CPU only for the emulated GPU of
-  // tests/emulated/, whose "device memory" is host memory.
-  explicit CpuKernels(Device reported = Device::cpu()) : reported_(reported) {}
-  Device device() const override { return reported_; }
+  Device device() const override { return Device::cpu(); }
 
   void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
             bool trans_b, float alpha, float beta) override;
@@ -119,9 +116,6 @@ class CpuKernels final : public Kernels {
                                                      static_cast<const HostMark&>(from).at)
         .count();
   }
-
- private:
-  Device reported_;
 };
 
 }  // namespace tandem::cpu
