@@ -102,8 +102,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
 
   require(c.mode == "dp" || c.devices == 1, "--devices needs --mode dp");
   require(c.backend != "nccl" || c.device == "cuda", "--backend nccl needs --device cuda");
-  // mpi and gloo stage GPU buckets through host memory in full precision (comm_hook.cpp).
-  require(c.comm_hook == "none" || c.device != "cuda" || (c.backend != "mpi" && c.backend != "gloo"),
+  require(c.comm_hook == "none" || c.device != "cuda" || !host_staged_backend(c),
           "--comm-hook " + c.comm_hook + " with --device cuda needs --backend nccl (mpi and gloo stage GPU "
           "buckets through host memory, uncompressed)");
   require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");

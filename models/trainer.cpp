@@ -79,7 +79,7 @@ Device resolve_device(const TrainConfig& c) {
     index = read_launch_env().local_rank;
     // Host-staged backends (mpi, gloo) let several ranks share a GPU: wrap around. NCCL
     // needs one GPU per rank, so a LOCAL_RANK past the visible count is an error below.
-    if (c.backend == "mpi" || c.backend == "gloo") index %= visible;
+    if (host_staged_backend(c)) index %= visible;
   }
   const int needed = c.mode == "dp" ? c.devices : index + 1;
   if (needed > visible)
@@ -121,11 +121,9 @@ void run_training(const TrainConfig& c) {
   if (c.mode == "ddp") {
     InitOptions io;
     io.backend = parse_backend(c.backend);
-    // mpi and gloo reduce host memory only: with --device cuda the strategy stages GPU
-    // buckets through pinned host memory, so the group itself is a CPU group (asking for
-    // a CUDA one is refused: "the mpi backend cannot reduce CUDA buffers").
-    const bool host_staged = io.backend == Backend::mpi || io.backend == Backend::gloo;
-    io.device = host_staged ? DeviceKind::cpu : device.kind;
+    // The strategy stages GPU buckets for mpi and gloo, so their group is a host group
+    // (asking them for a CUDA one is refused: "the mpi backend cannot reduce CUDA buffers").
+    io.device = host_staged_backend(c) ? DeviceKind::cpu : device.kind;
     io.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.collective_timeout_s * 1000));
     io.rendezvous_timeout = io.timeout;  // waiting for a peer to arrive is waiting for a peer
     std::shared_ptr<ProcessGroup> group = init_process_group(io);

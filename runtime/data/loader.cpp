@@ -15,9 +15,9 @@ namespace tandem {
 namespace {
 
 // dst[k] = (src[k] / 255 - mean) / std, each operation rounded as written: the same bits as
-// a 256-entry table of that formula, at about twice a table's speed (two vector divisions
-// per 8 pixels against a load per pixel: 0.39 against 0.76 ms for 1024 Fashion-MNIST
-// images here), which matters where a GPU waits for the host to assemble large batches.
+// a 256-entry table of that formula, but two vector divisions per 8 pixels instead of a
+// load per pixel, which matters where a GPU waits for the host to assemble large batches
+// (loader.h gives the measured time).
 void normalise_pixels(float* dst, const uint8_t* src, int64_t n, float mean, float std_dev) {
   int64_t k = 0;
 #if defined(__AVX2__)
