@@ -88,6 +88,32 @@ class Kernels {
                                 int64_t classes) = 0;
   virtual double sum(const float* x, int64_t n) = 0;
 
+  // --- transformer ------------------------------------------------------------------
+  // out (N, C) = table (V, C) rows ids[0..N); every id is in [0, V) (the layer checks).
+  virtual void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n,
+                                 int64_t c) = 0;
+  // dtable (V, C) += dout (N, C) scattered by ids. Deterministic: each table row receives
+  // its contributions in increasing n, on every device, so repeated ids add in one order.
+  virtual void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n,
+                                      int64_t c, int64_t vocab) = 0;
+  // Causal multi-head self-attention over a fused projection. qkv (B, T, 3C) holds q, k
+  // and v side by side, each (B, T, NH, HS) with HS = C / NH. att (B, NH, T, T) receives
+  // softmax(q k^T / sqrt(HS)) with row t masked past column t (those entries are 0);
+  // out (B, T, C) = att v, heads concatenated along C.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t,
+                                 int64_t c, int64_t nh) = 0;
+  // dqkv (B, T, 3C) is overwritten; datt (B, NH, T, T) is scratch. att is forward's.
+  virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                  const float* att, int64_t b, int64_t t, int64_t c, int64_t nh) = 0;
+  // GELU, tanh approximation (GPT-2's; torch.nn.GELU(approximate="tanh")).
+  virtual void gelu_tanh_forward(float* y, const float* x, int64_t n) = 0;
+  virtual void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) = 0;
+  // out[0] += sum of x[i]^2 (accumulated in double within the call); out on this device.
+  virtual void sum_squares_acc(float* out, const float* x, int64_t n) = 0;
+  // Clip by global norm without a host read: x *= min(1, max_norm / (sqrt(sum_sq[0]) + 1e-6)),
+  // sum_sq on this device (torch.nn.utils.clip_grad_norm_'s coefficient).
+  virtual void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) = 0;
+
   // --- optimizers (one fused update per tensor) ------------------------------------
   // PyTorch SGD semantics: g = grad + wd*p; buf = momentum*buf + g (buf = g on the
   // first step); step = nesterov ? g + momentum*buf : buf; p -= lr*step.

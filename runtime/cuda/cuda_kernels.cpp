@@ -15,6 +15,24 @@
 
 namespace tandem::cuda {
 
+namespace launch {
+// transformer.cu: embedding, causal attention, GELU-tanh, clipping by global norm.
+void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c,
+                       cudaStream_t stream);
+void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
+                            int64_t vocab, cudaStream_t stream);
+void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
+                       cudaStream_t stream);
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int64_t b,
+                        int64_t t, int64_t c, int64_t nh, cudaStream_t stream);
+void gelu_tanh_forward(float* y, const float* x, int64_t n, cudaStream_t stream);
+void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, cudaStream_t stream);
+// out[0] += sum of squares through `scratch` (sum_squares_scratch doubles): partials, then one ordered pass.
+size_t sum_squares_scratch(int64_t n);
+void sum_squares_acc(float* out, const float* x, int64_t n, double* scratch, cudaStream_t stream);
+void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm, cudaStream_t stream);
+}  // namespace launch
+
 namespace {
 
 int blas_dim(int64_t v, const char* what) {
@@ -239,6 +257,63 @@ double CudaKernels::sum(const float* x, int64_t n) {
   std::lock_guard<std::mutex> lock(ctx_.scalar_mutex);
   ctx_.download(ctx_.host_scalars, result, sizeof(double));
   return *static_cast<const double*>(ctx_.host_scalars);
+}
+
+// --- transformer ---------------------------------------------------------------------
+
+void CudaKernels::embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c) {
+  ensure_current(ctx_.device);
+  launch::embedding_forward(out, table, ids, n, c, ctx_.stream);
+}
+
+void CudaKernels::embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
+                                         int64_t vocab) {
+  ensure_current(ctx_.device);
+  launch::embedding_backward_acc(dtable, dout, ids, n, c, vocab, ctx_.stream);
+}
+
+namespace {
+void check_attention_shape(const char* what, int64_t b, int64_t t, int64_t c, int64_t nh) {
+  // The grids put T on x, NH on y and B on z (y and z are at most 65535).
+  if (nh <= 0 || c <= 0 || c % nh != 0 || b > 65535 || nh > 65535 || t > INT_MAX)
+    throw std::invalid_argument(std::string(what) + ": unsupported shape B=" + std::to_string(b) + " T=" +
+                                std::to_string(t) + " C=" + std::to_string(c) + " NH=" + std::to_string(nh));
+}
+}  // namespace
+
+void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
+                                    int64_t nh) {
+  check_attention_shape("attention_forward", b, t, c, nh);
+  ensure_current(ctx_.device);
+  launch::attention_forward(out, att, qkv, b, t, c, nh, ctx_.stream);
+}
+
+void CudaKernels::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                                     int64_t b, int64_t t, int64_t c, int64_t nh) {
+  check_attention_shape("attention_backward", b, t, c, nh);
+  ensure_current(ctx_.device);
+  launch::attention_backward(dqkv, datt, dout, qkv, att, b, t, c, nh, ctx_.stream);
+}
+
+void CudaKernels::gelu_tanh_forward(float* y, const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::gelu_tanh_forward(y, x, n, ctx_.stream);
+}
+
+void CudaKernels::gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  launch::gelu_tanh_backward(dx, dy, x, n, ctx_.stream);
+}
+
+void CudaKernels::sum_squares_acc(float* out, const float* x, int64_t n) {
+  ensure_current(ctx_.device);
+  Scratch partial(ctx_.allocator, launch::sum_squares_scratch(n) * sizeof(double));
+  launch::sum_squares_acc(out, x, n, partial.as<double>(), ctx_.stream);
+}
+
+void CudaKernels::clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) {
+  ensure_current(ctx_.device);
+  launch::clip_scale(x, n, sum_sq, max_norm, ctx_.stream);
 }
 
 // --- optimizers ----------------------------------------------------------------------

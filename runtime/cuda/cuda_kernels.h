@@ -57,6 +57,18 @@ class CudaKernels final : public Kernels {
   int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override;
   double sum(const float* x, int64_t n) override;
 
+  void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c) override;
+  void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
+                              int64_t vocab) override;
+  void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
+                         int64_t nh) override;
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                          int64_t b, int64_t t, int64_t c, int64_t nh) override;
+  void gelu_tanh_forward(float* y, const float* x, int64_t n) override;
+  void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) override;
+  void sum_squares_acc(float* out, const float* x, int64_t n) override;
+  void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) override;
+
   void sgd_update(float* param, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,
                   float weight_decay, bool nesterov, bool first_step) override;
   void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,

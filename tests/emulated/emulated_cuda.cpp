@@ -132,6 +132,34 @@ class EmulatedKernels final : public Kernels {
     return cpu_.count_correct(host_ptr(logits), host_ptr(labels), rows, classes);
   }
   double sum(const float* x, int64_t n) override { return cpu_.sum(host_ptr(x), n); }
+  void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c) override {
+    cpu_.embedding_forward(host_ptr(out), host_ptr(table), host_ptr(ids), n, c);
+  }
+  void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
+                              int64_t vocab) override {
+    cpu_.embedding_backward_acc(host_ptr(dtable), host_ptr(dout), host_ptr(ids), n, c, vocab);
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
+                         int64_t nh) override {
+    cpu_.attention_forward(host_ptr(out), host_ptr(att), host_ptr(qkv), b, t, c, nh);
+  }
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int64_t b,
+                          int64_t t, int64_t c, int64_t nh) override {
+    cpu_.attention_backward(host_ptr(dqkv), host_ptr(datt), host_ptr(dout), host_ptr(qkv), host_ptr(att), b, t, c,
+                            nh);
+  }
+  void gelu_tanh_forward(float* y, const float* x, int64_t n) override {
+    cpu_.gelu_tanh_forward(host_ptr(y), host_ptr(x), n);
+  }
+  void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) override {
+    cpu_.gelu_tanh_backward(host_ptr(dx), host_ptr(dy), host_ptr(x), n);
+  }
+  void sum_squares_acc(float* out, const float* x, int64_t n) override {
+    cpu_.sum_squares_acc(host_ptr(out), host_ptr(x), n);
+  }
+  void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) override {
+    cpu_.clip_scale(host_ptr(x), n, host_ptr(sum_sq), max_norm);
+  }
   void sgd_update(float* p, float* buf, const float* g, int64_t n, float lr, float momentum, float wd, bool nesterov,
                   bool first) override {
     cpu_.sgd_update(host_ptr(p), host_ptr(buf), host_ptr(g), n, lr, momentum, wd, nesterov, first);

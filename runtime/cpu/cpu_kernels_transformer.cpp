@@ -1,0 +1,274 @@
+// CPU kernels, part 3: the transformer's own operations (token embedding, causal
+// self-attention over a fused qkv projection, GELU with the tanh approximation, and
+// clipping by global gradient norm). They run single-threaded inside a small GPT step, so
+// they avoid temporaries and reach OpenBLAS directly on strided views of qkv.
+// Invariant: attention's att has exact zeros above the diagonal, every attention row sums
+// to 1 over its causal prefix, embedding_backward_acc adds each table row's contributions
+// in increasing n, and the elementwise loops stay free of libm calls so GCC vectorises
+// them at -O3 -march=x86-64-v3 (no -ffast-math).
+#include <cblas.h>
+
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernels_impl.h"
+
+namespace tandem::cpu {
+
+namespace {
+
+blasint blas_int(int64_t v, const char* what) {
+  if (v < 0 || v > INT_MAX)
+    throw std::invalid_argument(std::string("attention: ") + what + " = " + std::to_string(v) +
+                                " is outside the BLAS integer range");
+  return static_cast<blasint>(v);
+}
+
+// cond ? a : b. GCC 12 (with the default -ftrapping-math) will not if-convert a float
+// select whose result feeds more arithmetic, which leaves the whole loop scalar; a
+// select between integer constants is fine, so the mask is built that way and the floats
+// are blended through their bits.
+inline float select(bool cond, float a, float b) {
+  const int32_t m = cond ? -1 : 0;
+  return std::bit_cast<float>((std::bit_cast<int32_t>(a) & m) | (std::bit_cast<int32_t>(b) & ~m));
+}
+
+// e^x for x in [-87.3, 88.3] (clamped outside, so e^-inf is ~1e-38, not 0; NaN stays NaN),
+// about 2 ulp (Cephes expf): n = round(x / ln 2), r = x - n ln 2 in two parts, a degree-6
+// polynomial for e^r, and 2^n built in the exponent bits. libm's expf, and even
+// std::floor under the default -ftrapping-math, would keep these loops scalar without
+// -ffast-math; so n is rounded by adding and subtracting 1.5 * 2^23 (which also leaves
+// n in the low mantissa bits of the sum), and the whole body inlines into AVX2 code.
+inline float exp_vec(float x) {
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23
+  x = select(x < -87.3f, -87.3f, x);
+  x = select(x > 88.3f, 88.3f, x);
+  const float shifted = x * 1.44269504088896341f + kRound;
+  const float n = shifted - kRound;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  // n in [-126, 127] is the low mantissa bits of `shifted`: 2^n is a normal float.
+  const int32_t ni = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
+  return p * std::bit_cast<float>((ni + 127) << 23);
+}
+
+// Attention's products run in row blocks of this many queries, each against only the keys
+// it can see: at T = 64 that skips a quarter of the square, and measured faster than 16
+// (more, smaller calls) or the whole square.
+constexpr blasint kRowBlock = 32;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCubic = 0.044715f;
+
+// Softmax of row[0..len) (len >= 1), max-subtracted; the row's tail [len, t) becomes 0.
+// The work runs in `buf` (at least len rounded up to 8 floats), padded with -inf, so the
+// exp loop is whole 8-float blocks that GCC turns into AVX2 code without a scalar tail:
+// the rows are short (len <= T = 64 in the small GPT), and the tails cost more than the
+// exps did. (The max stays scalar: GCC vectorises a float max only with -ffinite-math-only.)
+// A pad's e^-87.3 ~ 1e-38 added to a sum >= 1 (the maximum's own term) changes nothing.
+inline void causal_softmax_row(float* __restrict row, int64_t len, int64_t t, float* __restrict buf) {
+  constexpr int L = 8;
+  const int64_t padded = (len + L - 1) / L * L;
+  int64_t j = 0;
+  for (; j < len; ++j) buf[j] = row[j];
+  for (; j < padded; ++j) buf[j] = -INFINITY;
+  float lane[L];
+  for (int k = 0; k < L; ++k) lane[k] = buf[k];
+  for (j = L; j < padded; j += L)
+    for (int k = 0; k < L; ++k) lane[k] = select(buf[j + k] > lane[k], buf[j + k], lane[k]);
+  float mx = lane[0];
+  for (int k = 1; k < L; ++k) mx = select(lane[k] > mx, lane[k], mx);
+  float acc[L] = {};
+  for (j = 0; j < padded; j += L)
+    for (int k = 0; k < L; ++k) {
+      const float e = exp_vec(buf[j + k] - mx);
+      buf[j + k] = e;
+      acc[k] += e;
+    }
+  float sum = 0.f;
+  for (int k = 0; k < L; ++k) sum += acc[k];
+  const float inv = 1.f / sum;
+  for (j = 0; j < len; ++j) row[j] = buf[j] * inv;
+  for (; j < t; ++j) row[j] = 0.f;
+}
+
+// dpre = att * (datt - sum_j datt*att) over the causal prefix, in place in datt; 0 past it.
+inline void softmax_backward_row(float* __restrict drow, const float* __restrict arow, int64_t len,
+                                 int64_t t) {
+  constexpr int L = 8;
+  float acc[L] = {};
+  int64_t j = 0;
+  for (; j + L <= len; j += L)
+    for (int k = 0; k < L; ++k) acc[k] += drow[j + k] * arow[j + k];
+  float dot = 0.f;
+  for (; j < len; ++j) dot += drow[j] * arow[j];
+  for (int k = 0; k < L; ++k) dot += acc[k];
+  for (j = 0; j < len; ++j) drow[j] = arow[j] * (drow[j] - dot);
+  for (j = len; j < t; ++j) drow[j] = 0.f;
+}
+
+// Row-major C (m, n) = alpha op(A) op(B) + beta C with explicit leading dimensions.
+inline void sgemm(bool ta, bool tb, blasint m, blasint n, blasint k, float alpha, const float* a, blasint lda,
+                  const float* b, blasint ldb, float beta, float* c, blasint ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
+              lda, b, ldb, beta, c, ldc);
+}
+
+void check_heads(int64_t c, int64_t nh) {
+  if (nh <= 0 || c <= 0 || c % nh != 0)
+    throw std::invalid_argument("attention: C = " + std::to_string(c) + " is not a positive multiple of NH = " +
+                                std::to_string(nh));
+}
+
+}  // namespace
+
+// --- embedding -------------------------------------------------------------------------
+
+void CpuKernels::embedding_forward(float* __restrict out, const float* __restrict table,
+                                   const int32_t* __restrict ids, int64_t n, int64_t c) {
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(out + i * c, table + static_cast<int64_t>(ids[i]) * c, static_cast<size_t>(c) * sizeof(float));
+}
+
+void CpuKernels::embedding_backward_acc(float* __restrict dtable, const float* __restrict dout,
+                                        const int32_t* __restrict ids, int64_t n, int64_t c,
+                                        int64_t /*vocab*/) {
+  // One pass in increasing n is the order kernels.h prescribes for repeated ids.
+  for (int64_t i = 0; i < n; ++i) {
+    float* __restrict row = dtable + static_cast<int64_t>(ids[i]) * c;
+    const float* __restrict src = dout + i * c;
+    for (int64_t j = 0; j < c; ++j) row[j] += src[j];
+  }
+}
+
+// --- attention -------------------------------------------------------------------------
+// Per (b, h): q, k, v are (T, HS) views of qkv with row stride 3C, out's head block a
+// (T, HS) view with row stride C, and att a dense (T, T) block. The products run in
+// blocks of kRowBlock rows cut at the diagonal block's edge (a few scores past the
+// diagonal are computed); the softmax then writes every row in full, masked part exactly
+// 0, so nothing downstream reads an entry the products left unwritten.
+
+void CpuKernels::attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
+                                   int64_t nh) {
+  check_heads(c, nh);
+  if (b == 0 || t == 0) return;
+  const int64_t hs = c / nh;
+  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C"),
+                Cld = blas_int(c, "C");
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  std::vector<float> row_buf(static_cast<size_t>((t + 7) / 8 * 8));
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t h = 0; h < nh; ++h) {
+      const float* q = qkv + bi * t * 3 * c + h * hs;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* a = att + (bi * nh + h) * t * t;
+      float* o = out + bi * t * c + h * hs;
+      // Row block [r0, r0 + m) sees keys [0, r0 + m) only.
+      for (blasint r0 = 0; r0 < T; r0 += kRowBlock) {
+        const blasint m = T - r0 < kRowBlock ? T - r0 : kRowBlock, keys = r0 + m;
+        sgemm(false, true, m, keys, HS, scale, q + r0 * C3, C3, k, C3, 0.f, a + r0 * T, T);
+      }
+      for (int64_t i = 0; i < t; ++i) causal_softmax_row(a + i * t, i + 1, t, row_buf.data());
+      for (blasint r0 = 0; r0 < T; r0 += kRowBlock) {
+        const blasint m = T - r0 < kRowBlock ? T - r0 : kRowBlock, keys = r0 + m;
+        sgemm(false, false, m, HS, keys, 1.f, a + r0 * T, T, v, C3, 0.f, o + r0 * Cld, Cld);
+      }
+    }
+}
+
+void CpuKernels::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                    const float* att, int64_t b, int64_t t, int64_t c, int64_t nh) {
+  check_heads(c, nh);
+  if (b == 0 || t == 0) return;
+  const int64_t hs = c / nh;
+  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C"),
+                Cld = blas_int(c, "C");
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t off = bi * t * 3 * c + h * hs;
+      const float* q = qkv + off;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* dq = dqkv + off;
+      float* dk = dq + c;
+      float* dv = dq + 2 * c;
+      const float* a = att + (bi * nh + h) * t * t;
+      float* da = datt + (bi * nh + h) * t * t;
+      const float* dout_h = dout + bi * t * c + h * hs;
+      // Key block [r0, r0 + m) is seen by queries [r0, T) only: dv and dk take their sums
+      // over those rows; query block [r0, r0 + m) sees keys [0, r0 + m), as in forward.
+      for (blasint r0 = 0; r0 < T; r0 += kRowBlock) {
+        const blasint m = T - r0 < kRowBlock ? T - r0 : kRowBlock, keys = r0 + m, queries = T - r0;
+        sgemm(true, false, m, HS, queries, 1.f, a + r0 * T + r0, T, dout_h + r0 * Cld, Cld, 0.f, dv + r0 * C3,
+              C3);                                                                                 // dv = att^T dout
+        sgemm(false, true, m, keys, HS, 1.f, dout_h + r0 * Cld, Cld, v, C3, 0.f, da + r0 * T, T);  // datt = dout v^T
+      }
+      for (int64_t i = 0; i < t; ++i) softmax_backward_row(da + i * t, a + i * t, i + 1, t);
+      for (blasint r0 = 0; r0 < T; r0 += kRowBlock) {
+        const blasint m = T - r0 < kRowBlock ? T - r0 : kRowBlock, keys = r0 + m, queries = T - r0;
+        sgemm(false, false, m, HS, keys, scale, da + r0 * T, T, k, C3, 0.f, dq + r0 * C3, C3);  // dq = dpre k
+        sgemm(true, false, m, HS, queries, scale, da + r0 * T + r0, T, q + r0 * C3, C3, 0.f, dk + r0 * C3,
+              C3);                                                                              // dk = dpre^T q
+      }
+    }
+}
+
+// --- GELU, tanh approximation ----------------------------------------------------------
+// 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + e^{-2u}): one exp, no cancellation near 0,
+// and d/du of it is 2 s (1 - s).
+
+void CpuKernels::gelu_tanh_forward(float* __restrict y, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    const float u = kSqrt2OverPi * (xi + kGeluCubic * xi * xi * xi);
+    y[i] = xi / (1.f + exp_vec(-2.f * u));
+  }
+}
+
+void CpuKernels::gelu_tanh_backward(float* __restrict dx, const float* __restrict dy,
+                                    const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    const float x2 = xi * xi;
+    const float u = kSqrt2OverPi * (xi + kGeluCubic * x2 * xi);
+    const float s = 1.f / (1.f + exp_vec(-2.f * u));
+    const float du = kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x2);
+    dx[i] = dy[i] * (s + xi * 2.f * s * (1.f - s) * du);
+  }
+}
+
+// --- gradient clipping -----------------------------------------------------------------
+
+void CpuKernels::sum_squares_acc(float* out, const float* __restrict x, int64_t n) {
+  constexpr int L = 8;
+  double acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int k = 0; k < L; ++k) acc[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
+  double s = 0.0;
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (int k = 0; k < L; ++k) s += acc[k];
+  out[0] = static_cast<float>(static_cast<double>(out[0]) + s);
+}
+
+void CpuKernels::clip_scale(float* __restrict x, int64_t n, const float* sum_sq, float max_norm) {
+  // Float arithmetic, as torch's coefficient (a float32 tensor); CUDA computes the same.
+  const float coef = max_norm / (std::sqrt(sum_sq[0]) + 1e-6f);
+  if (!(coef < 1.f)) return;
+  for (int64_t i = 0; i < n; ++i) x[i] *= coef;
+}
+
+}  // namespace tandem::cpu
