@@ -49,6 +49,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"steps", s.steps},
       {"global_batch", s.global_batch},
       {"samples_per_s", s.samples_per_s},
+      {"tokens_per_s", opt(s.tokens_per_s)},
       {"step_ms", {{"mean", s.step_ms.mean}, {"p50", s.step_ms.p50}, {"p90", s.step_ms.p90}}},
       {"forward_ms", s.phase_means.forward_ms},
       {"backward_ms", s.phase_means.backward_ms},

@@ -21,6 +21,7 @@ struct RunSummary {
   int world_size = 1, replicas = 1, threads = 1;
   int64_t parameters = 0, steps = 0, global_batch = 0, epochs_completed = 0, timed_steps = 0;
   double samples_per_s = 0, train_time_s = 0;
+  std::optional<double> tokens_per_s;  // language models: training tokens (positions) per second
   StepTimingStats step_ms;
   PhaseTimes phase_means;  // per timed step
   std::optional<double> final_train_loss;  // null when this run trained no step

@@ -20,10 +20,32 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const auto names = [](std::initializer_list<std::string> v) { return CLI::IsMember(std::vector<std::string>(v)); };
 
-  app.add_option("--model", c.model, "Model: mlp (784-H-H-10) or cnn (2 conv blocks, 170k params)")
-      ->check(names({"mlp", "cnn"}));
-  app.add_option("--hidden", c.hidden, "Hidden width of the mlp");
-  app.add_option("--data", c.data, "Data set")->check(names({"fashion-mnist", "synthetic"}));
+  app.add_option("--model", c.model,
+                 "Model: mlp (784-H-H-10), cnn (2 conv blocks, 170k params) or gpt (GPT-2 style "
+                 "character-level transformer; needs --data shakespeare or text:PATH)")
+      ->check(names({"mlp", "cnn", "gpt"}));
+  auto* hidden = app.add_option("--hidden", c.hidden, "Hidden width of the mlp");
+  std::vector<CLI::Option*> gpt_flags = {
+      app.add_option("--n-layer", c.n_layer, "gpt: transformer blocks"),
+      app.add_option("--n-head", c.n_head, "gpt: attention heads (must divide --n-embd)"),
+      app.add_option("--n-embd", c.n_embd, "gpt: embedding width"),
+      app.add_option("--context", c.context, "gpt: context length in characters (training windows are this + 1)"),
+      app.add_option("--dropout", c.dropout,
+                     "gpt: dropout after the embeddings and on each residual branch (not on attention "
+                     "probabilities)"),
+      app.add_option("--sample", c.sample,
+                     "gpt: print N characters sampled from --resume's checkpoint instead of training"),
+      app.add_option("--temperature", c.temperature, "gpt --sample: softmax temperature"),
+      app.add_option("--prompt", c.prompt, "gpt --sample: text the sample continues")};
+  app.add_option("--data", c.data,
+                 "Data set: fashion-mnist, synthetic (images), shakespeare (tiny Shakespeare, shipped in the "
+                 "repository, its sha256 checked) or text:PATH (any text file; byte-level vocabulary; "
+                 "first 90% train, last 10% validation)")
+      ->check([](const std::string& v) {
+        if (v == "fashion-mnist" || v == "synthetic" || v == "shakespeare") return std::string();
+        if (v.rfind("text:", 0) == 0 && v.size() > 5) return std::string();
+        return std::string("expected fashion-mnist, synthetic, shakespeare or text:PATH, got '" + v + "'");
+      });
   app.add_option("--data-dir", c.data_dir, "Directory with Fashion-MNIST's gzip IDX files");
   app.add_option("--synthetic-train", c.synthetic_train, "Training samples of --data synthetic");
   app.add_option("--synthetic-test", c.synthetic_test, "Test samples of --data synthetic");
@@ -36,7 +58,14 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--optimizer", c.optimizer, "Optimizer")->check(names({"sgd", "adamw"}));
   app.add_option("--momentum", c.momentum, "SGD momentum");
   app.add_flag("--nesterov", c.nesterov, "SGD with Nesterov momentum");
-  app.add_option("--weight-decay", c.weight_decay, "Weight decay (SGD: L2; AdamW: decoupled)");
+  app.add_option("--weight-decay", c.weight_decay,
+                 "Weight decay (SGD: L2 on every parameter; AdamW: decoupled, on parameters of two or more "
+                 "dimensions only - matrices and embeddings, never biases or LayerNorm - as nanoGPT)");
+  app.add_option("--beta1", c.beta1, "AdamW beta1");
+  app.add_option("--beta2", c.beta2, "AdamW beta2");
+  app.add_option("--clip-grad-norm", c.clip_grad_norm,
+                 "Clip gradients to this global L2 norm before each step (0: off); in DDP the norm of the "
+                 "all-reduced gradients, the same on every rank");
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout");
   app.add_option("--mode", c.mode, "Training mode")->check(names({"single", "dp", "ddp"}));
   app.add_option("--devices", c.devices, "Devices driven by one process in --mode dp");
@@ -74,6 +103,30 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
     throw UsageError(e.what());
   }
   c.progress = !no_progress;
+
+  const bool gpt = c.model == "gpt";
+  for (CLI::Option* o : gpt_flags)
+    require(gpt || o->count() == 0, o->get_name() + " is a flag of --model gpt, not of --model " + c.model);
+  require(!gpt || hidden->count() == 0, "--hidden is a flag of --model mlp, not of --model gpt");
+  // --sample reads its model and vocabulary from the checkpoint: it needs no --data.
+  require(gpt == text_data(c) || (gpt && c.sample > 0),
+          gpt ? "--model gpt needs --data shakespeare or --data text:PATH, got --data " + c.data
+                                   : "--data " + c.data + " is text: it needs --model gpt");
+  if (gpt) {
+    require(c.n_layer > 0, "--n-layer must be positive, got " + std::to_string(c.n_layer));
+    require(c.n_head > 0, "--n-head must be positive, got " + std::to_string(c.n_head));
+    require(c.n_embd > 0, "--n-embd must be positive, got " + std::to_string(c.n_embd));
+    require(c.n_embd % c.n_head == 0, "--n-embd (" + std::to_string(c.n_embd) + ") must be divisible by --n-head (" +
+                                          std::to_string(c.n_head) + ")");
+    require(c.context > 0, "--context must be positive, got " + std::to_string(c.context));
+    require(c.dropout >= 0 && c.dropout < 1, "--dropout must be in [0, 1)");
+    require(c.sample >= 0, "--sample must be >= 0, got " + std::to_string(c.sample));
+    require(c.sample == 0 || !c.resume.empty(), "--sample needs --resume (the checkpoint to sample from)");
+    require(c.sample == 0 || c.mode == "single", "--sample runs in --mode single");
+    require(c.temperature > 0, "--temperature must be positive");
+  }
+  require(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
+  require(c.clip_grad_norm >= 0, "--clip-grad-norm must be >= 0");
 
   require(c.hidden > 0, "--hidden must be positive, got " + std::to_string(c.hidden));
   require(c.epochs > 0, "--epochs must be positive, got " + std::to_string(c.epochs));

@@ -18,7 +18,10 @@ struct TrainConfig {
   // model and data
   std::string model = "mlp";
   int64_t hidden = 512;
-  std::string data = "fashion-mnist";  // fashion-mnist | synthetic
+  // gpt
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, context = 64;
+  float dropout = 0.0f;
+  std::string data = "fashion-mnist";  // fashion-mnist | synthetic | shakespeare | text:PATH
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t synthetic_train = 60000, synthetic_test = 10000;
   // schedule
@@ -32,6 +35,8 @@ struct TrainConfig {
   float momentum = 0.9f;
   bool nesterov = false;
   float weight_decay = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float clip_grad_norm = 0.0f;  // 0: no clipping
   uint64_t seed = 0;
   // placement and distribution
   std::string mode = "single";  // single | dp | ddp
@@ -58,7 +63,17 @@ struct TrainConfig {
   std::string summary_json;
   std::string log_level = "info";
   bool progress = true;  // progress bar when stderr is a terminal
+  // generation (--model gpt): print this many sampled characters from --resume's checkpoint
+  int64_t sample = 0;
+  float temperature = 1.0f;
+  std::string prompt = "\n";
 };
+
+// --data text:PATH's path, or "" for the other data sets.
+inline std::string text_data_path(const TrainConfig& c) {
+  return c.data.rfind("text:", 0) == 0 ? c.data.substr(5) : std::string();
+}
+inline bool text_data(const TrainConfig& c) { return c.data == "shakespeare" || c.data.rfind("text:", 0) == 0; }
 
 // Returns nullopt when --help was printed.
 std::optional<TrainConfig> parse_train_args(int argc, char** argv);

@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S.%e] %l %v");
   try {
     tandem::run_training(*config);
+  } catch (const tandem::UsageError& e) {
+    spdlog::error("tandem-train: usage error: {}", e.what());
+    return 2;
   } catch (const std::exception& e) {
     spdlog::error("tandem-train failed: {}", e.what());
     return 1;

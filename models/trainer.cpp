@@ -14,10 +14,12 @@
 
 #include "models/progress.h"
 #include "models/summary.h"
+#include "models/generate.h"
 #include "models/zoo.h"
 #include "runtime/data/dataset.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/loader.h"
+#include "runtime/data/text.h"
 #include "runtime/cpu/blas_core.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda_device.h"
@@ -52,12 +54,25 @@ int resolve_threads(int requested) {
 }
 
 struct Data {
-  std::shared_ptr<const Dataset> train, test;
+  std::shared_ptr<const Dataset> train, test;  // images
+  std::shared_ptr<const TextDataset> text;     // --data shakespeare | text:PATH
 };
 
 Data load_data(const TrainConfig& c) {
   Data d;
-  if (c.data == "fashion-mnist") {
+  if (text_data(c)) {
+    // A text file that cannot serve (missing, empty, too short, a changed shakespeare copy)
+    // is bad input: a usage error that names the file.
+    try {
+      if (c.data == "shakespeare")
+        d.text = std::make_shared<const TextDataset>(
+            load_text(default_shakespeare_path(), "shakespeare", std::string(kShakespeareSha256), c.context));
+      else
+        d.text = std::make_shared<const TextDataset>(load_text(text_data_path(c), c.data, std::nullopt, c.context));
+    } catch (const std::runtime_error& e) {
+      throw UsageError(std::string("--data ") + c.data + ": " + e.what());
+    }
+  } else if (c.data == "fashion-mnist") {
     d.train = std::make_shared<const Dataset>(load_fashion_mnist(c.data_dir, true));
     d.test = std::make_shared<const Dataset>(load_fashion_mnist(c.data_dir, false));
   } else {
@@ -94,27 +109,64 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// --sample N: the model and vocabulary come from the checkpoint, not from the flags.
+void run_sampling(const TrainConfig& c, Device device) {
+  const std::string path = resolve_resume(c.resume, c.checkpoint_dir);
+  if (path.empty()) throw UsageError("--sample: no checkpoint found to sample from (--resume " + c.resume + ")");
+  const CheckpointMeta meta = read_checkpoint_meta(path);
+  GptModel model(gpt_config_from_meta(meta), c.seed);
+  model.to(device);
+  load_checkpoint(path, model, nullptr);
+  SampleOptions so;
+  so.length = c.sample;
+  so.temperature = c.temperature;
+  so.seed = c.seed;
+  so.prompt = c.prompt;
+  std::string text;
+  try {
+    text = sample_text(model, vocab_from_meta(meta), so);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  spdlog::info("sampled {} characters from {} (step {}), temperature {}, seed {}", c.sample, path, meta.step,
+               c.temperature, c.seed);
+  std::fwrite(c.prompt.data(), 1, c.prompt.size(), stdout);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 void run_training(const TrainConfig& c) {
   const int threads = c.mode == "dp" ? 1 : resolve_threads(c.threads);
   set_cpu_threads(threads);
   const Device device = resolve_device(c);
+  if (c.sample > 0) return run_sampling(c, device);
 
   Data data = load_data(c);
   ModelConfig mc;
   mc.name = c.model;
   mc.hidden = c.hidden;
-  mc.in_channels = data.train->channels;
-  mc.height = data.train->height;
-  mc.width = data.train->width;
-  mc.classes = data.train->classes;
+  if (data.text) {
+    mc.in_channels = mc.height = mc.width = 0;
+    mc.classes = data.text->vocab_size();
+    mc.gpt = GptConfig{data.text->vocab_size(), c.n_layer, c.n_head, c.n_embd, c.context, c.dropout};
+  } else {
+    mc.in_channels = data.train->channels;
+    mc.height = data.train->height;
+    mc.width = data.train->width;
+    mc.classes = data.train->classes;
+  }
 
   OptimizerConfig oc;
   oc.kind = parse_optimizer_kind(c.optimizer);
   oc.momentum = c.momentum;
   oc.nesterov = c.nesterov;
   oc.weight_decay = c.weight_decay;
+  oc.beta1 = c.beta1;
+  oc.beta2 = c.beta2;
+  oc.clip_grad_norm = c.clip_grad_norm;
 
   std::unique_ptr<Tracer> tracer;
   std::unique_ptr<Strategy> strategy;
@@ -158,21 +210,34 @@ void run_training(const TrainConfig& c) {
 
   // DDP ranks each load their shard; DataParallel loads the global batch and scatters it.
   const bool ddp = strategy->mode() == std::string("ddp");
-  SamplerOptions so;
-  so.num_replicas = ddp ? replicas : 1;
-  so.rank = strategy->rank();
-  so.seed = c.seed;
-  DataLoader train_loader(data.train, DistributedSampler(data.train->size, so),
-                          ddp ? c.batch_size : c.batch_size * replicas, true);
-  SamplerOptions eval_so;
-  eval_so.shuffle = false;
-  eval_so.pad = false;
-  DataLoader test_loader(data.test, DistributedSampler(data.test->size, eval_so), 256, false);
+  const int64_t loader_batch = ddp ? c.batch_size : c.batch_size * replicas;
+  std::unique_ptr<BatchSource> train_source, test_source;
+  if (data.text) {
+    train_source = std::make_unique<TextLoader>(data.text, c.context, loader_batch, ddp ? replicas : 1,
+                                                strategy->rank(), c.seed);
+    // Every rank evaluates the same fixed windows: test_loss is comparable across runs.
+    test_source = std::make_unique<TextEvalLoader>(data.text, c.context, 48);
+  } else {
+    SamplerOptions so;
+    so.num_replicas = ddp ? replicas : 1;
+    so.rank = strategy->rank();
+    so.seed = c.seed;
+    train_source = std::make_unique<DataLoader>(data.train, DistributedSampler(data.train->size, so), loader_batch, true);
+    SamplerOptions eval_so;
+    eval_so.shuffle = false;
+    eval_so.pad = false;
+    test_source = std::make_unique<DataLoader>(data.test, DistributedSampler(data.test->size, eval_so), 256, false);
+  }
+  BatchSource& train_loader = *train_source;
+  BatchSource& test_loader = *test_source;
+  const int64_t train_size = data.text ? data.text->train_tokens : data.train->size;
+  const int64_t test_size = data.text ? kDefaultEvalWindows : data.test->size;
+  const int64_t tokens_per_sample = data.text ? c.context : 1;
 
   const int64_t accum = c.grad_accum;
   const int64_t steps_per_epoch = train_loader.steps_per_epoch() / accum;
   if (steps_per_epoch == 0)
-    throw std::runtime_error("the training set (" + std::to_string(data.train->size) +
+    throw std::runtime_error("the training set (" + std::to_string(train_size) +
                              " samples) is smaller than one global batch of " +
                              std::to_string(c.batch_size * replicas * accum));
   int64_t total_steps = steps_per_epoch * c.epochs;
@@ -184,8 +249,8 @@ void run_training(const TrainConfig& c) {
 
   spdlog::info("{}: model {} ({} parameters), {} {} train / {} test, global batch {}, {} steps "
                "({} per epoch), {} threads, lr {} (warm-up {} steps, cosine), {}",
-               strategy->mode(), c.model, strategy->model().num_parameters(), c.data, data.train->size,
-               data.test->size, global_batch, total_steps, steps_per_epoch, threads, c.lr, warmup,
+               strategy->mode(), c.model, strategy->model().num_parameters(), c.data, train_size,
+               test_size, global_batch, total_steps, steps_per_epoch, threads, c.lr, warmup,
                c.optimizer);
 
   // Resume (every rank and mode loads: DDP ranks need their optimizer state; DP loads into
@@ -203,7 +268,7 @@ void run_training(const TrainConfig& c) {
       if (key.rfind("counter.", 0) == 0) counters[key.substr(8)] = std::stoull(value);
     strategy->set_counters(counters);
     step = m.step;
-    start = m.position_for(train_loader.batch_size(), train_loader.sampler().options().num_replicas);
+    start = m.position_for(train_loader.batch_size(), train_loader.replicas());
     // Saved right after an epoch's last step: the loop would have moved on to the next epoch.
     if (start.step_in_epoch + accum > train_loader.steps_per_epoch()) start = {start.epoch + 1, 0};
   }
@@ -218,12 +283,13 @@ void run_training(const TrainConfig& c) {
     m.seed = c.seed;
     m.dataset = c.data;
     m.batch_size = train_loader.batch_size();
-    m.replicas = train_loader.sampler().options().num_replicas;
+    m.replicas = train_loader.replicas();
     m.grad_accum = accum;
     m.model_name = mc.name;
     m.hidden = mc.hidden;
-    m.input_shape = {mc.in_channels, mc.height, mc.width};
+    m.input_shape = data.text ? Shape{c.context} : Shape{mc.in_channels, mc.height, mc.width};
     m.classes = mc.classes;
+    if (data.text) save_gpt_meta(mc.gpt, *data.text, m);
     m.lr_schedule = LrScheduleInfo{"warmup_cosine", c.lr, c.min_lr, warmup, total_steps};
     for (const auto& [name, value] : strategy->model().counters()) m.extra["counter." + name] = std::to_string(value);
     m.mode = strategy->mode();
@@ -334,6 +400,7 @@ void run_training(const TrainConfig& c) {
   if (!step_ms.empty()) {
     const double n = static_cast<double>(step_ms.size());
     s.samples_per_s = n * static_cast<double>(global_batch) / (timed_total_ms / 1000.0);
+    if (data.text) s.tokens_per_s = s.samples_per_s * static_cast<double>(tokens_per_sample);
     s.phase_means = timed_phases.divided_by(n);
   }
   s.step_ms = step_timing_stats(step_ms);
@@ -355,9 +422,11 @@ void run_training(const TrainConfig& c) {
     s.peak_device_memory_mb = static_cast<double>(peak) / (1024.0 * 1024.0);
   }
   s.seed = c.seed;
-  spdlog::info("done: {} steps, final_train_loss {}, test_accuracy {:.4f}, {:.0f} samples/s, "
+  spdlog::info("done: {} steps, final_train_loss {}, test_loss {:.4f}, test_accuracy {:.4f}, {:.0f} samples/s{}, "
                "step {:.2f} ms (p50 {:.2f}, p90 {:.2f}), peak RSS {:.0f} MiB, checksum {}",
-               s.steps, s.final_train_loss ? fmt::format("{:.4f}", *s.final_train_loss) : "none", s.test_accuracy.value_or(0), s.samples_per_s, s.step_ms.mean,
+               s.steps, s.final_train_loss ? fmt::format("{:.4f}", *s.final_train_loss) : "none",
+               s.test_loss.value_or(0), s.test_accuracy.value_or(0), s.samples_per_s,
+               s.tokens_per_s ? fmt::format(" ({:.0f} tokens/s)", *s.tokens_per_s) : "", s.step_ms.mean,
                s.step_ms.p50, s.step_ms.p90, s.peak_rss_mb, s.param_checksum);
   if (!c.trace.empty()) tracer->write(trace_path_for_rank(c.trace, strategy->rank(), s.world_size));
   if (!c.summary_json.empty() && strategy->rank() == 0) write_summary_json(s, c.summary_json);

@@ -3,20 +3,24 @@
 //   mlp: Flatten -> fc1 784xH -> ReLU -> fc2 HxH -> ReLU -> fc3 Hx10
 //   cnn: conv1 1->32 3x3 p1 -> ReLU -> pool 2 -> conv2 32->64 3x3 p1 -> ReLU -> pool 2
 //        -> Flatten -> fc1 3136x48 -> ReLU -> fc2 48x10            (169,882 parameters)
+//   gpt: GPT-2 style character-level transformer (models/gpt.h), tokens (B, T) -> logits
+//        (B*T, vocab)
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "models/gpt.h"
 #include "runtime/model.h"
 
 namespace tandem {
 
 struct ModelConfig {
-  std::string name = "mlp";  // mlp | cnn
+  std::string name = "mlp";  // mlp | cnn | gpt
   int64_t hidden = 512;      // mlp width (cnn ignores it)
-  int64_t in_channels = 1, height = 28, width = 28, classes = 10;
+  int64_t in_channels = 1, height = 28, width = 28, classes = 10;  // classes: gpt's vocabulary
+  GptConfig gpt;             // gpt only (its vocab_size is `classes`)
 };
 
 const std::vector<std::string>& model_names();

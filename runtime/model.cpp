@@ -17,6 +17,7 @@ Model& Model::add(const std::string& name, std::unique_ptr<Module> module) {
   // does not require one), so the first Linear/Conv2d skips its dx GEMM, as PyTorch does.
   module->set_needs_input_grad(!params_.empty());
   module->to(device_);
+  module->set_grad_ready_hook(&hook_);
   for (Parameter* p : module->parameters()) params_.push_back(p);
   layers_.push_back({name, std::move(module)});
   return *this;
@@ -51,9 +52,10 @@ Tensor Model::backward(const Tensor& dy) {
 
 void Model::fire_grad_ready(Module& module) {
   if (!hook_) return;
-  // Within a layer, report in reverse registration order (bias before weight), the
-  // order a reverse-order bucket assignment expects.
-  auto ps = module.parameters();
+  // The layer's own parameters (its sub-modules reported theirs as each finished), in
+  // reverse registration order (bias before weight), the order a reverse-order bucket
+  // assignment expects.
+  auto ps = module.own_parameters();
   for (size_t j = ps.size(); j-- > 0;) hook_(*ps[j]);
 }
 

@@ -1,8 +1,9 @@
 // Model: a named sequence of modules, the parameter registry, and the gradient-ready
 // seam. backward() runs the layers in reverse; as soon as one layer has finished, its
-// parameters' gradients are final for this backward and the model fires the
-// on_grad_ready hook for each of them (ARCHITECTURE.md, "Module"). The DDP reducer
-// subscribes to it; a single-process run leaves it empty.
+// own parameters' gradients are final for this backward and the model fires the
+// on_grad_ready hook for each of them (a layer built from sub-modules reports theirs
+// as each sub-module finishes: runtime/module.h). The DDP reducer subscribes to it; a
+// single-process run leaves it empty.
 //
 // Models with control flow (a branch taken by step parity, used to test unused
 // parameters) subclass Model and override forward/backward, calling
@@ -21,7 +22,7 @@ namespace tandem {
 
 class Model {
  public:
-  using GradReadyHook = std::function<void(Parameter&)>;
+  using GradReadyHook = Module::GradReadyHook;
 
   Model() = default;
   virtual ~Model() = default;
@@ -53,7 +54,7 @@ class Model {
   void set_tracer(Tracer* tracer) { tracer_ = tracer && tracer->enabled() ? tracer : nullptr; }
   void zero_grad();
   void set_training(bool training);
-  void reset_parameters(uint64_t seed);
+  virtual void reset_parameters(uint64_t seed);
   void to(Device device);
   Device device() const { return device_; }
 

@@ -25,16 +25,45 @@ void fill_uniform(std::vector<float>& out, std::mt19937_64& rng, float bound) {
   }
 }
 
-void Module::set_counter(const std::string& name, uint64_t) {
+void Module::reset_parameters(uint64_t seed) {
+  for (auto& [name, child] : children_) child->reset_parameters(seed);
+}
+
+std::map<std::string, uint64_t> Module::counters() const {
+  std::map<std::string, uint64_t> out;
+  for (const auto& [name, child] : children_)
+    for (const auto& [key, value] : child->counters()) out[name + "." + key] = value;
+  return out;
+}
+
+void Module::set_counter(const std::string& name, uint64_t value) {
+  const size_t dot = name.find('.');
+  if (dot != std::string::npos)
+    for (auto& [child_name, child] : children_)
+      if (name.compare(0, dot, child_name) == 0 && child_name.size() == dot)
+        return child->set_counter(name.substr(dot + 1), value);
   throw std::invalid_argument(kind() + " has no counter '" + name + "'");
 }
 
+void Module::set_training(bool training) {
+  training_ = training;
+  for (auto& [name, child] : children_) child->set_training(training);
+}
+
 void Module::set_prefix(const std::string& prefix) {
-  for (size_t i = 0; i < params_.size(); ++i)
-    params_[i]->name = prefix.empty() ? local_names_[i] : prefix + "." + local_names_[i];
+  auto join = [&](const std::string& local) { return prefix.empty() ? local : prefix + "." + local; };
+  for (size_t i = 0; i < params_.size(); ++i) params_[i]->name = join(local_names_[i]);
+  for (auto& [name, child] : children_) child->set_prefix(join(name));
 }
 
 std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> out = own_parameters();
+  for (auto& [name, child] : children_)
+    for (Parameter* p : child->parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<Parameter*> Module::own_parameters() {
   std::vector<Parameter*> out;
   for (auto& p : params_) out.push_back(p.get());
   return out;
@@ -46,7 +75,40 @@ void Module::to(Device device) {
     p->value = p->value.to(device);
     p->grad = p->grad.to(device);
   }
+  for (auto& [name, child] : children_) child->to(device);
   device_ = device;
+}
+
+void Module::set_grad_ready_hook(const GradReadyHook* hook) {
+  hook_ = hook;
+  for (auto& [name, child] : children_) child->set_grad_ready_hook(hook);
+}
+
+void Module::adopt(const std::string& local_name, std::unique_ptr<Module> child) {
+  if (local_name.empty() || local_name.find('.') != std::string::npos)
+    throw std::invalid_argument(kind() + ": a sub-module name must be non-empty and without '.', got '" +
+                                local_name + "'");
+  for (const auto& [name, c] : children_)
+    if (name == local_name) throw std::invalid_argument(kind() + ": duplicate sub-module '" + local_name + "'");
+  for (const std::string& name : local_names_)
+    if (name == local_name)
+      throw std::invalid_argument(kind() + ": sub-module '" + local_name + "' clashes with a parameter");
+  child->to(device_);
+  child->set_training(training_);
+  child->set_grad_ready_hook(hook_);
+  children_.emplace_back(local_name, std::move(child));
+}
+
+Tensor Module::backward_child(Module& child, const Tensor& dy) {
+  Tensor dx = child.backward(dy);
+  report_ready(child);
+  return dx;
+}
+
+void Module::report_ready(Module& module) {
+  if (!hook_ || !*hook_) return;
+  auto ps = module.own_parameters();
+  for (size_t j = ps.size(); j-- > 0;) (*hook_)(*ps[j]);
 }
 
 Parameter& Module::add_parameter(const std::string& local_name, const Shape& shape) {

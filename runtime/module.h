@@ -1,16 +1,28 @@
-// Parameters and modules. A Module owns its named parameters; forward saves what
-// backward needs; backward returns the input gradient and ACCUMULATES parameter
-// gradients into Parameter::grad (callers zero them between steps, which is what
-// makes gradient accumulation free). Parameter::grad may be rebound at any time to a
-// view into caller-provided storage (the DDP reducer's bucket buffer): modules only
+// Parameters and modules. A Module owns its named parameters and, when it is built from
+// others (a transformer block: LayerNorms, attention, an MLP), its named sub-modules;
+// forward saves what backward needs; backward returns the input gradient and ACCUMULATES
+// parameter gradients into Parameter::grad (callers zero them between steps, which is
+// what makes gradient accumulation free). Parameter::grad may be rebound at any time to
+// a view into caller-provided storage (the DDP reducer's bucket buffer): modules only
 // ever write through the tensor, never reallocate it.
+//
+// Gradient-ready: a parameter is reported once its gradient is final for this backward.
+// The container reports a module's OWN parameters after its backward returns; a module
+// with sub-modules runs each child's backward through backward_child(), which reports
+// that child's own parameters as soon as it returns, so a block's first sub-module's
+// gradients reach the DDP reducer while the block's other sub-modules still run. A
+// module may use a parameter it does not own (a tied LM head uses the token
+// embedding): it accumulates into that gradient, and the owner reports it after its own
+// backward, which is the parameter's last use in backward.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -31,6 +43,8 @@ void fill_uniform(std::vector<float>& out, std::mt19937_64& rng, float bound);
 
 class Module {
  public:
+  using GradReadyHook = std::function<void(Parameter&)>;
+
   virtual ~Module() = default;
   virtual std::string kind() const = 0;  // "Linear", "Conv2d", ...
 
@@ -40,14 +54,18 @@ class Module {
   // parameter gradients into each Parameter::grad.
   virtual Tensor backward(const Tensor& dy) = 0;
   // Fills the parameters deterministically from the seed (PyTorch's default schemes).
-  virtual void reset_parameters(uint64_t seed) {}
+  // The default resets every sub-module.
+  virtual void reset_parameters(uint64_t seed);
   // Non-parameter state a resumed run must restore to continue bit-identically (e.g.
   // Dropout's forward counter), as name -> integer. Checkpoints carry it in meta.json.
-  virtual std::map<std::string, uint64_t> counters() const { return {}; }
-  // Restores counters(); throws std::invalid_argument naming an unknown name.
+  // The default gathers the sub-modules' as "child.name".
+  virtual std::map<std::string, uint64_t> counters() const;
+  // Restores counters(); throws std::invalid_argument naming an unknown name. The
+  // default routes "child.name" to that sub-module.
   virtual void set_counter(const std::string& name, uint64_t value);
 
-  void set_training(bool training) { training_ = training; }
+  // Training mode for this module and every sub-module.
+  void set_training(bool training);
   bool training() const { return training_; }
   // When false, backward may skip computing dx and return an undefined Tensor (and a
   // layer without parameters may then receive an undefined dy). Meant for a model's
@@ -55,24 +73,47 @@ class Module {
   // for the same reason (the input has requires_grad=False). Default true.
   void set_needs_input_grad(bool needed) { needs_input_grad_ = needed; }
   bool needs_input_grad() const { return needs_input_grad_; }
-  // Gives parameters their full names ("fc1" + ".weight"); called by the container.
+  // Gives parameters their full names ("fc1" + ".weight", "blocks.0" + ".attn.qkv.weight");
+  // called by the container.
   void set_prefix(const std::string& prefix);
+  // Every parameter this module owns, then each sub-module's, in registration order.
   std::vector<Parameter*> parameters();
-  // Moves parameters (values and gradients) to a device.
+  // The parameters this module registered itself (not its sub-modules').
+  std::vector<Parameter*> own_parameters();
+  // Moves parameters (values and gradients) to a device, sub-modules included.
   void to(Device device);
   Device device() const { return device_; }
+  // Where backward_child reports ready parameters (null: nowhere); set on the whole tree
+  // by the container, which keeps the hook alive.
+  void set_grad_ready_hook(const GradReadyHook* hook);
 
  protected:
   // Registers a parameter with a local name ("weight"); value and grad are zeroed.
   Parameter& add_parameter(const std::string& local_name, const Shape& shape);
+  // Registers a sub-module under a local name and returns it.
+  template <typename M>
+  M& add_module(const std::string& local_name, std::unique_ptr<M> child) {
+    M& ref = *child;
+    adopt(local_name, std::move(child));
+    return ref;
+  }
+  // child.backward(dy), then reports the child's own parameters ready (reverse
+  // registration order: bias before weight). Its sub-modules reported theirs inside it.
+  Tensor backward_child(Module& child, const Tensor& dy);
+  // Reports `module`'s own parameters ready through the hook, if one is set.
+  void report_ready(Module& module);
 
   bool training_ = true;
   bool needs_input_grad_ = true;
   Device device_ = Device::cpu();
 
  private:
+  void adopt(const std::string& local_name, std::unique_ptr<Module> child);
+
   std::vector<std::string> local_names_;
   std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  const GradReadyHook* hook_ = nullptr;
 };
 
 }  // namespace tandem

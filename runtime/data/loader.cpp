@@ -38,10 +38,10 @@ Batch make_batch(const Dataset& dataset, std::span<const int64_t> indices) {
   const int64_t numel = dataset.sample_numel();
 
   Batch batch;
-  batch.images = Tensor::empty({B, dataset.channels, dataset.height, dataset.width}, DType::f32);
+  batch.inputs = Tensor::empty({B, dataset.channels, dataset.height, dataset.width}, DType::f32);
   batch.labels = Tensor::empty({B}, DType::i32);
   batch.indices.assign(indices.begin(), indices.end());
-  float* images = batch.images.f32();
+  float* images = batch.inputs.f32();
   int32_t* labels = batch.labels.data<int32_t>();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t i = indices[static_cast<size_t>(b)];
@@ -84,11 +84,11 @@ void DataLoader::seek(LoaderPosition position) {
   step_ = position.step_in_epoch;
 }
 
-LoaderPosition DataLoader::position_of(int64_t global_step) const {
+LoaderPosition BatchSource::position_of(int64_t global_step) const {
   const int64_t steps = steps_per_epoch();
-  if (steps == 0) throw std::logic_error("DataLoader: an epoch has no full batch");
+  if (steps == 0) throw std::logic_error("an epoch has no full batch");
   if (global_step < 0)
-    throw std::out_of_range("DataLoader: negative global step " + std::to_string(global_step));
+    throw std::out_of_range("negative global step " + std::to_string(global_step));
   return {global_step / steps, global_step % steps};
 }
 

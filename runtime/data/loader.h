@@ -24,10 +24,13 @@
 
 namespace tandem {
 
+// One batch of B samples. A model maps `inputs` to logits with one row per label: an image
+// classifier (B, C, H, W) f32 -> (B, classes), a language model's tokens (B, T) i32 ->
+// (B*T, vocab) against labels (B*T), the next token at each position.
 struct Batch {
-  Tensor images;                 // (B, C, H, W) f32, normalised, CPU
-  Tensor labels;                 // (B) i32, CPU
-  std::vector<int64_t> indices;  // (B) dataset index of each sample, in batch order
+  Tensor inputs;                 // (B, ...) CPU: normalised f32 images or i32 tokens
+  Tensor labels;                 // (rows) i32, CPU: B for images, B*T for tokens
+  std::vector<int64_t> indices;  // (B) dataset index (or window start) of each sample, in batch order
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t size() const { return static_cast<int64_t>(indices.size()); }
@@ -40,31 +43,47 @@ struct LoaderPosition {
   bool operator==(const LoaderPosition&) const = default;
 };
 
+// Where a training or evaluation loop gets its batches: DataLoader (images, a sampler's
+// epoch order) and TextLoader (runtime/data/text.h, random windows). Invariant for both:
+// the batch at a position is a pure function of (seed, position, replica), so seek()
+// resumes a run exactly and replica r of R draws the r-th contiguous share of what one
+// process with R times the batch draws.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual int64_t batch_size() const = 0;  // samples per batch and replica
+  virtual int64_t replicas() const = 0;    // how many replicas share each global batch
+  // Full batches per epoch for this replica (the same for every replica).
+  virtual int64_t steps_per_epoch() const = 0;
+  // Makes (epoch, step_in_epoch) the next batch; step_in_epoch == steps_per_epoch() means
+  // that epoch is finished. Throws std::out_of_range for a step outside [0, steps_per_epoch()].
+  virtual void seek(LoaderPosition position) = 0;
+  void set_epoch(int64_t epoch) { seek({epoch, 0}); }
+  virtual LoaderPosition position() const = 0;
+  // The position after `global_step` batches counted from epoch 0, step 0.
+  LoaderPosition position_of(int64_t global_step) const;
+  // The next batch of the current epoch and advances, or nullopt once the epoch is done
+  // (then set_epoch(epoch + 1) starts the next one).
+  virtual std::optional<Batch> next() = 0;
+};
+
 // Gathers `indices` of `dataset` into a batch, normalising (p/255 - mean) / std through a
 // 256-entry table. Throws std::out_of_range for an index outside the dataset.
 Batch make_batch(const Dataset& dataset, std::span<const int64_t> indices);
 
-class DataLoader {
+class DataLoader final : public BatchSource {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler, int64_t batch_size,
              bool drop_last);
 
-  int64_t batch_size() const { return batch_size_; }
+  int64_t batch_size() const override { return batch_size_; }
+  int64_t replicas() const override { return sampler_.options().num_replicas; }
   bool drop_last() const { return drop_last_; }
   // Batches per epoch for this replica (the same for every replica when the sampler pads).
-  int64_t steps_per_epoch() const;
-
-  // Makes (epoch, step_in_epoch) the next batch; step_in_epoch == steps_per_epoch() means
-  // that epoch is finished. Throws std::out_of_range for a step outside [0, steps_per_epoch()].
-  void seek(LoaderPosition position);
-  void set_epoch(int64_t epoch) { seek({epoch, 0}); }
-  LoaderPosition position() const { return {sampler_.epoch(), step_}; }
-  // The position after `global_step` steps counted from epoch 0, step 0.
-  LoaderPosition position_of(int64_t global_step) const;
-
-  // The next batch of the current epoch and advances, or nullopt once the epoch is done
-  // (then set_epoch(epoch + 1) starts the next one).
-  std::optional<Batch> next();
+  int64_t steps_per_epoch() const override;
+  void seek(LoaderPosition position) override;
+  LoaderPosition position() const override { return {sampler_.epoch(), step_}; }
+  std::optional<Batch> next() override;
   // Batch `step` of the current epoch, without moving the position.
   Batch batch_at(int64_t step) const;
 

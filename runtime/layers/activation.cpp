@@ -42,7 +42,11 @@ Tensor ReLU::backward(const Tensor& dy) {
 Tensor GELU::forward(const Tensor& x) {
   check_tensor(kind(), "input", x, x.device());
   Tensor y = reuse_buffer(y_cache_, x.shape(), x.device());
-  kernels_for(x.device()).gelu_forward(y.f32(), x.f32(), x.numel());
+  Kernels& k = kernels_for(x.device());
+  if (approximation_ == GeluApproximation::tanh)
+    k.gelu_tanh_forward(y.f32(), x.f32(), x.numel());
+  else
+    k.gelu_forward(y.f32(), x.f32(), x.numel());
   x_ = x;
   return y;
 }
@@ -53,7 +57,11 @@ Tensor GELU::backward(const Tensor& dy) {
   if (needs_input_grad_) {
     check_dy(kind(), dy, x_);
     dx = reuse_buffer(dx_cache_, x_.shape(), x_.device());
-    kernels_for(x_.device()).gelu_backward(dx.f32(), dy.f32(), x_.f32(), x_.numel());
+    Kernels& k = kernels_for(x_.device());
+    if (approximation_ == GeluApproximation::tanh)
+      k.gelu_tanh_backward(dx.f32(), dy.f32(), x_.f32(), x_.numel());
+    else
+      k.gelu_backward(dx.f32(), dy.f32(), x_.f32(), x_.numel());
   }
   x_ = Tensor();
   return dx;

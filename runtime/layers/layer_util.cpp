@@ -1,6 +1,8 @@
 // Shared layer helpers: shape errors, buffer reuse, device-agnostic initialisation.
 #include "runtime/layers/layer_util.h"
 
+#include <cmath>
+#include <numbers>
 #include <stdexcept>
 #include <vector>
 
@@ -53,6 +55,18 @@ void init_uniform(Parameter& p, uint64_t seed, float bound) {
 
 void init_constant(Parameter& p, float value) {
   std::vector<float> host(static_cast<size_t>(p.value.numel()), value);
+  p.value.copy_from(Tensor::from_vector(host, p.value.shape()));
+}
+
+void init_normal(Parameter& p, uint64_t seed, float std) {
+  std::vector<float> host(static_cast<size_t>(p.value.numel()));
+  auto rng = parameter_rng(seed, p.name);
+  auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };  // (0, 1)
+  for (size_t i = 0; i < host.size(); i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(uniform())), theta = 2.0 * std::numbers::pi * uniform();
+    host[i] = static_cast<float>(std * r * std::cos(theta));
+    if (i + 1 < host.size()) host[i + 1] = static_cast<float>(std * r * std::sin(theta));
+  }
   p.value.copy_from(Tensor::from_vector(host, p.value.shape()));
 }
 

@@ -35,5 +35,8 @@ float* grad_ptr(Parameter& p);
 // U(-bound, bound) from parameter_rng(seed, p.name), copied to p.value's device.
 void init_uniform(Parameter& p, uint64_t seed, float bound);
 void init_constant(Parameter& p, float value);
+// N(0, std^2) from parameter_rng(seed, p.name) by Box-Muller on 53-bit uniforms (not
+// std::normal_distribution, whose algorithm differs between standard libraries).
+void init_normal(Parameter& p, uint64_t seed, float std);
 
 }  // namespace tandem

@@ -20,6 +20,24 @@ void Optimizer::add_slot(const std::string& slot) {
   slots_.push_back(std::move(tensors));
 }
 
+void Optimizer::step(float lr) {
+  if (config_.clip_grad_norm > 0.0f) clip_gradients();
+  update(lr);
+}
+
+void Optimizer::clip_gradients() {
+  if (params_.empty()) return;
+  const Device device = params_[0]->value.device();
+  for (const Parameter* p : params_)
+    if (!(p->grad.device() == device))
+      throw std::logic_error("clip_grad_norm: parameters on " + device.str() + " and " + p->grad.device().str());
+  Kernels& k = kernels_for(device);
+  if (!norm_sq_.defined() || !(norm_sq_.device() == device)) norm_sq_ = Tensor::zeros({1}, DType::f32, device);
+  k.fill(norm_sq_.f32(), 1, 0.0f);
+  for (const Parameter* p : params_) k.sum_squares_acc(norm_sq_.f32(), p->grad.f32(), p->grad.numel());
+  for (const Parameter* p : params_) k.clip_scale(p->grad.f32(), p->grad.numel(), norm_sq_.f32(), config_.clip_grad_norm);
+}
+
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -36,7 +54,7 @@ class Sgd final : public Optimizer {
     if (config_.momentum != 0.0f) add_slot("momentum_buffer");
   }
   const char* name() const override { return "sgd"; }
-  void step(float lr) override {
+  void update(float lr) override {
     for (size_t i = 0; i < params_.size(); ++i) {
       Parameter& p = *params_[i];
       float* buf = config_.momentum != 0.0f ? slot(i, 0).f32() : nullptr;
@@ -55,14 +73,14 @@ class AdamW final : public Optimizer {
     add_slot("exp_avg_sq");
   }
   const char* name() const override { return "adamw"; }
-  void step(float lr) override {
+  void update(float lr) override {
     ++steps_;
     for (size_t i = 0; i < params_.size(); ++i) {
       Parameter& p = *params_[i];
+      const float decay = p.value.ndim() >= 2 ? config_.weight_decay : 0.0f;
       kernels_for(p.value.device())
           .adamw_update(p.value.f32(), slot(i, 0).f32(), slot(i, 1).f32(), p.grad.f32(),
-                        p.value.numel(), lr, config_.beta1, config_.beta2, config_.eps,
-                        config_.weight_decay, steps_);
+                        p.value.numel(), lr, config_.beta1, config_.beta2, config_.eps, decay, steps_);
     }
   }
 };

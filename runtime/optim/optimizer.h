@@ -19,10 +19,15 @@ struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::sgd;
   float momentum = 0.9f;      // sgd
   bool nesterov = false;      // sgd
-  float weight_decay = 0.0f;  // sgd: L2 added to the gradient; adamw: decoupled
+  // sgd: L2 added to every gradient; adamw: decoupled, and only on parameters of two or
+  // more dimensions (matrices, embeddings), never on biases or LayerNorm (nanoGPT's rule).
+  float weight_decay = 0.0f;
   float beta1 = 0.9f;         // adamw
   float beta2 = 0.999f;       // adamw
   float eps = 1e-8f;          // adamw
+  // Before each update, scale every gradient by min(1, clip / global L2 norm), as
+  // torch.nn.utils.clip_grad_norm_; 0 turns it off. Computed on the device (no host read).
+  float clip_grad_norm = 0.0f;
 };
 
 class Optimizer {
@@ -30,8 +35,9 @@ class Optimizer {
   Optimizer(OptimizerConfig config, std::vector<Parameter*> params);
   virtual ~Optimizer() = default;
 
-  // One update of every parameter from its current gradient, at learning rate lr.
-  virtual void step(float lr) = 0;
+  // One update of every parameter from its current gradient, at learning rate lr (the
+  // gradients clipped first when config().clip_grad_norm > 0).
+  void step(float lr);
   virtual const char* name() const = 0;
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
@@ -41,6 +47,7 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
 
  protected:
+  virtual void update(float lr) = 0;
   void add_slot(const std::string& slot);  // one zeroed tensor per parameter
   Tensor& slot(size_t param_index, size_t slot_index) { return slots_[slot_index][param_index]; }
 
@@ -49,6 +56,10 @@ class Optimizer {
   std::vector<std::string> slot_names_;
   std::vector<std::vector<Tensor>> slots_;  // [slot][param]
   int64_t steps_ = 0;
+
+ private:
+  void clip_gradients();
+  Tensor norm_sq_;  // (1) on the parameters' device: the squared global norm
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::vector<Parameter*> params);

@@ -54,35 +54,38 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
   const float micro = static_cast<float>(micro_batches.size());
   double loss_sum = 0;
   for (const Batch& batch : micro_batches) {
-    const int64_t rows = batch.images.dim(0);
+    const int64_t rows = batch.inputs.dim(0);
     if (rows < n) throw std::invalid_argument("DataParallel: a batch of " + std::to_string(rows) +
                                               " samples cannot feed " + std::to_string(n) + " devices");
     // 2: the batch cut into contiguous chunks.
     std::vector<int64_t> begin(n + 1, 0);
     for (int r = 0; r < n; ++r) begin[r + 1] = begin[r] + rows / n + (r < rows % n ? 1 : 0);
-    const int64_t per_sample = batch.images.numel() / rows;
-    Shape sample_shape(batch.images.shape().begin() + 1, batch.images.shape().end());
+    const int64_t per_sample = batch.inputs.numel() / rows;
+    Shape sample_shape(batch.inputs.shape().begin() + 1, batch.inputs.shape().end());
     std::vector<Tensor> outputs(n);
     // 3: forward in parallel.
     pool_.run_all([&](int r) {
       if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
       Shape s = sample_shape;
       s.insert(s.begin(), begin[r + 1] - begin[r]);
-      Tensor x = batch.images.view(begin[r] * per_sample, s);
+      Tensor x = batch.inputs.view(begin[r] * per_sample, s);
       outputs[r] = replicas_[r]->forward(x.on(devices_[r]));
     });
-    // 4: gather the outputs on device 0, loss there.
+    // 4: gather the outputs on device 0, loss there. A replica's output rows follow its
+    // samples' (an image: one row; a token sequence: one row per position), in order.
     const int64_t classes = outputs[0].dim(1);
-    Tensor logits = Tensor::empty({rows, classes}, DType::f32, devices_[0]);
-    for (int r = 0; r < n; ++r) logits.view(begin[r] * classes, outputs[r].shape()).copy_from(outputs[r]);
+    std::vector<int64_t> out_begin(n + 1, 0);
+    for (int r = 0; r < n; ++r) out_begin[r + 1] = out_begin[r] + outputs[r].dim(0);
+    Tensor logits = Tensor::empty({out_begin[n], classes}, DType::f32, devices_[0]);
+    for (int r = 0; r < n; ++r) logits.view(out_begin[r] * classes, outputs[r].shape()).copy_from(outputs[r]);
     Tensor labels = batch.labels.on(devices_[0]);
     loss_sum += loss_.forward(logits, labels);
-    Tensor dlogits = loss_.backward(1.0f / (static_cast<float>(rows) * micro));
+    Tensor dlogits = loss_.backward(1.0f / (static_cast<float>(out_begin[n]) * micro));
     times.forward_ms += sw.lap_ms();
     // 5-6: output gradients to every replica, backward in parallel.
     pool_.run_all([&](int r) {
       if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
-      Tensor dy = dlogits.view(begin[r] * classes, outputs[r].shape());
+      Tensor dy = dlogits.view(out_begin[r] * classes, outputs[r].shape());
       if (r > 0) replicas_[r]->zero_grad();
       replicas_[r]->backward(dy.on(devices_[r]));
       // The lap below waits for device 0 only; each other device's backward ends here, so
@@ -105,7 +108,7 @@ void DataParallelStrategy::step(float lr, PhaseTimes& times) {
   times.optimizer_ms += sw.lap_ms();
 }
 
-EvalResult DataParallelStrategy::evaluate(DataLoader& loader) {
+EvalResult DataParallelStrategy::evaluate(BatchSource& loader) {
   return evaluate_model(*replicas_[0], loader, devices_[0]);
 }
 

@@ -30,7 +30,7 @@ class DataParallelStrategy final : public Strategy {
   int replicas() const override { return static_cast<int>(replicas_.size()); }
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
   void step(float lr, PhaseTimes& times) override;
-  EvalResult evaluate(DataLoader& loader) override;
+  EvalResult evaluate(BatchSource& loader) override;
   Model& model() override { return *replicas_[0]; }
   void set_counters(const std::map<std::string, uint64_t>& counters) override {
     for (auto& r : replicas_) r->set_counters(counters);

@@ -95,7 +95,7 @@ void DdpStrategy::step(float lr, PhaseTimes& times) {
   sw.lap(times, &PhaseTimes::optimizer_ms);
 }
 
-EvalResult DdpStrategy::evaluate(DataLoader& loader) {
+EvalResult DdpStrategy::evaluate(BatchSource& loader) {
   // Every rank evaluates the whole set: replicas are identical, so every rank reports
   // the same figures with no extra communication and bit-identical to single mode.
   return evaluate_model(*model_, loader, device_);

@@ -29,7 +29,7 @@ class DdpStrategy final : public Strategy {
 
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
   void step(float lr, PhaseTimes& times) override;
-  EvalResult evaluate(DataLoader& loader) override;
+  EvalResult evaluate(BatchSource& loader) override;
   double global_loss(double local_loss) override;
   Model& model() override { return *model_; }
   Optimizer& optimizer() override { return *optimizer_; }

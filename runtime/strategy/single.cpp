@@ -22,7 +22,7 @@ StepOutput accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Dev
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     if (before_each) before_each(m + 1 == micro_batches.size());
     const Batch& batch = micro_batches[m];
-    Tensor logits = model.forward(batch.images.on(device));
+    Tensor logits = model.forward(batch.inputs.on(device));
     const int64_t rows = logits.dim(0);
     out.add(loss.forward_later(logits, batch.labels.on(device)), rows);
     sw.lap(times, &PhaseTimes::forward_ms);
@@ -42,16 +42,16 @@ void SingleStrategy::step(float lr, PhaseTimes& times) {
   sw.lap(times, &PhaseTimes::optimizer_ms);
 }
 
-EvalResult SingleStrategy::evaluate(DataLoader& loader) { return evaluate_model(*model_, loader, device_); }
+EvalResult SingleStrategy::evaluate(BatchSource& loader) { return evaluate_model(*model_, loader, device_); }
 
-EvalResult evaluate_model(Model& model, DataLoader& loader, Device device) {
+EvalResult evaluate_model(Model& model, BatchSource& loader, Device device) {
   model.set_training(false);
   SoftmaxCrossEntropy loss;
   double loss_sum = 0;
   int64_t correct = 0, samples = 0;
   loader.set_epoch(0);
   while (std::optional<Batch> batch = loader.next()) {
-    Tensor x = batch->images.on(device);
+    Tensor x = batch->inputs.on(device);
     Tensor y = batch->labels.on(device);
     Tensor logits = model.forward(x);
     // One wait for the device per batch: count_correct's read-back, behind which the

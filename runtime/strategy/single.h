@@ -17,7 +17,7 @@ class SingleStrategy final : public Strategy {
   int replicas() const override { return 1; }
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
   void step(float lr, PhaseTimes& times) override;
-  EvalResult evaluate(DataLoader& loader) override;
+  EvalResult evaluate(BatchSource& loader) override;
   Model& model() override { return *model_; }
   Optimizer& optimizer() override { return *optimizer_; }
 
@@ -38,6 +38,6 @@ StepOutput accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Dev
 
 // Shared by every strategy: mean loss and correct count of `model` on a loader's
 // batches, on `device`.
-EvalResult evaluate_model(Model& model, DataLoader& loader, Device device);
+EvalResult evaluate_model(Model& model, BatchSource& loader, Device device);
 
 }  // namespace tandem

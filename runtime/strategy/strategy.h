@@ -111,7 +111,7 @@ class Strategy {
   virtual void step(float lr, PhaseTimes& times) = 0;
   // Mean loss and accuracy over every sample the loader yields, on every replica's
   // share combined.
-  virtual EvalResult evaluate(DataLoader& loader) = 0;
+  virtual EvalResult evaluate(BatchSource& loader) = 0;
 
   // Mean of every replica's local loss (a collective in DDP: call on every rank).
   virtual double global_loss(double local_loss) { return local_loss; }

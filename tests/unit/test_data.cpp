@@ -366,13 +366,13 @@ TEST(Loader, ShapesLabelsAndNormalisation) {
   EXPECT_EQ(loader.steps_per_epoch(), 3);
   auto b = loader.next();
   ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(b->images.shape(), (Shape{32, 1, 28, 28}));
+  EXPECT_EQ(b->inputs.shape(), (Shape{32, 1, 28, 28}));
   EXPECT_EQ(b->labels.shape(), (Shape{32}));
-  EXPECT_TRUE(b->images.dtype() == DType::f32 && b->labels.dtype() == DType::i32);
+  EXPECT_TRUE(b->inputs.dtype() == DType::f32 && b->labels.dtype() == DType::i32);
   EXPECT_EQ(b->step_in_epoch, 0);
   EXPECT_EQ(b->indices, std::vector<int64_t>(loader.sampler().indices().begin(),
                                              loader.sampler().indices().begin() + 32));
-  const float* img = b->images.f32();
+  const float* img = b->inputs.f32();
   for (int64_t s = 0; s < 32; ++s) {
     const int64_t i = b->indices[s];
     EXPECT_EQ(b->labels.data<int32_t>()[s], ds->labels[i]);
@@ -387,8 +387,8 @@ TEST(Loader, ShapesLabelsAndNormalisation) {
   two.pixels[1] = 255;
   const int64_t zero = 0;
   Batch e = make_batch(two, std::span<const int64_t>(&zero, 1));
-  EXPECT_FLOAT_EQ(e.images.f32()[0], -0.5f / 0.32f);
-  EXPECT_FLOAT_EQ(e.images.f32()[1], 0.5f / 0.32f);
+  EXPECT_FLOAT_EQ(e.inputs.f32()[0], -0.5f / 0.32f);
+  EXPECT_FLOAT_EQ(e.inputs.f32()[1], 0.5f / 0.32f);
 }
 
 TEST(Loader, DropLastAndShortFinalBatch) {
@@ -403,7 +403,7 @@ TEST(Loader, DropLastAndShortFinalBatch) {
     EXPECT_EQ(b->indices.front(), seen);  // identity order
     seen += b->size();
     if (b->step_in_epoch == 3) {
-      EXPECT_EQ(b->images.shape(), (Shape{4, 1, 28, 28}));
+      EXPECT_EQ(b->inputs.shape(), (Shape{4, 1, 28, 28}));
     }
   }
   EXPECT_EQ(seen, 100);
@@ -438,8 +438,8 @@ TEST(Loader, ReplicasInterleaveIntoSingleProcessBatch) {
             const int64_t pos = r + R * j;
             ASSERT_EQ(local->indices[j], global->indices[pos])
                 << "R=" << R << " epoch " << epoch << " step " << global->step_in_epoch;
-            const float* mine = local->images.f32() + j * 784;
-            ASSERT_TRUE(std::equal(mine, mine + 784, global->images.f32() + pos * 784));
+            const float* mine = local->inputs.f32() + j * 784;
+            ASSERT_TRUE(std::equal(mine, mine + 784, global->inputs.f32() + pos * 784));
             union_of_replicas.insert(local->indices[j]);
           }
         }
@@ -475,7 +475,7 @@ TEST(Loader, ResumeGivesIdenticalBatches) {
       EXPECT_EQ((LoaderPosition{b->epoch, b->step_in_epoch}),
                 (LoaderPosition{straight[k].epoch, straight[k].step_in_epoch}));
       EXPECT_EQ(b->indices, straight[k].indices);
-      EXPECT_EQ(std::memcmp(b->images.f32(), straight[k].images.f32(), b->images.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(b->inputs.f32(), straight[k].inputs.f32(), b->inputs.nbytes()), 0);
       ++k;
     }
   }

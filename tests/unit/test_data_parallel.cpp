@@ -40,7 +40,7 @@ Batch make_global_batch(int64_t step, int64_t rows) {
     v = static_cast<float>((s >> 33) % 1000) / 500.0f - 1.0f;
   }
   Batch b;
-  b.images = Tensor::from_vector(x, {rows, 1, 8, 8});
+  b.inputs = Tensor::from_vector(x, {rows, 1, 8, 8});
   b.labels = Tensor::empty({rows}, DType::i32);
   for (int64_t i = 0; i < rows; ++i) b.labels.data<int32_t>()[i] = static_cast<int32_t>((i * 3 + step) % 10);
   return b;

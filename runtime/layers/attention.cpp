@@ -1,0 +1,49 @@
+// CausalSelfAttention forward/backward: qkv -> attention kernel -> proj (-> dropout).
+#include "runtime/layers/attention.h"
+
+#include <stdexcept>
+
+#include "runtime/kernels.h"
+#include "runtime/layers/layer_util.h"
+
+namespace tandem {
+
+CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, float dropout, uint64_t dropout_seed)
+    : n_embd_(n_embd), n_head_(n_head) {
+  if (n_embd <= 0 || n_head <= 0 || n_embd % n_head != 0)
+    throw std::invalid_argument("CausalSelfAttention: n_embd (" + std::to_string(n_embd) +
+                                ") must be a positive multiple of n_head (" + std::to_string(n_head) + ")");
+  qkv_ = &add_module("qkv", std::make_unique<Linear>(n_embd, 3 * n_embd));
+  proj_ = &add_module("proj", std::make_unique<Linear>(n_embd, n_embd));
+  if (dropout > 0.f) drop_ = &add_module("drop", std::make_unique<Dropout>(dropout, dropout_seed));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  check_tensor(kind(), "input", x, device_);
+  if (x.ndim() != 3 || x.dim(2) != n_embd_)
+    throw_shape_error(kind(), "input", "(B, T, " + std::to_string(n_embd_) + ")", x.shape());
+  const int64_t b = x.dim(0), t = x.dim(1);
+  att_ = Tensor();  // an evaluation forward has no backward to release them
+  qkv_out_ = qkv_->forward(x);
+  att_ = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
+  Tensor out = reuse_buffer(out_cache_, {b, t, n_embd_}, device_);
+  kernels_for(device_).attention_forward(out.f32(), att_.f32(), qkv_out_.f32(), b, t, n_embd_, n_head_);
+  Tensor y = proj_->forward(out);
+  return drop_ ? drop_->forward(y) : y;
+}
+
+Tensor CausalSelfAttention::backward(const Tensor& dy) {
+  check_saved(kind(), qkv_out_.defined());
+  const int64_t b = qkv_out_.dim(0), t = qkv_out_.dim(1);
+  Tensor g = drop_ ? backward_child(*drop_, dy) : dy;
+  Tensor dout = backward_child(*proj_, g);
+  Tensor dqkv = reuse_buffer(dqkv_cache_, qkv_out_.shape(), device_);
+  Tensor datt = reuse_buffer(datt_cache_, att_.shape(), device_);
+  kernels_for(device_).attention_backward(dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), b, t,
+                                          n_embd_, n_head_);
+  qkv_out_ = Tensor();
+  att_ = Tensor();
+  return backward_child(*qkv_, dqkv);
+}
+
+}  // namespace tandem

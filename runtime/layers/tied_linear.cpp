@@ -1,0 +1,43 @@
+// TiedLinear forward/backward: one GEMM forward, two backward, through a borrowed weight.
+#include "runtime/layers/tied_linear.h"
+
+#include "runtime/kernels.h"
+#include "runtime/layers/layer_util.h"
+
+namespace tandem {
+
+TiedLinear::TiedLinear(Parameter& weight) : weight_(weight) {
+  if (weight.value.ndim() != 2) throw_shape_error(kind(), "tied weight", "(out, in)", weight.value.shape());
+}
+
+Tensor TiedLinear::forward(const Tensor& x) {
+  const Device device = weight_.value.device();
+  check_tensor(kind(), "input", x, device);
+  const int64_t out = weight_.value.dim(0), in = weight_.value.dim(1);
+  if (x.ndim() < 2 || x.dim(-1) != in) throw_shape_error(kind(), "input", "(..., " + std::to_string(in) + ")", x.shape());
+  const int64_t rows = x.numel() / in;
+  Tensor y = reuse_buffer(y_cache_, {rows, out}, device);
+  // y (rows, out) = x (rows, in) * W^T (in, out)
+  kernels_for(device).gemm(y.f32(), x.f32(), weight_.value.f32(), rows, out, in, false, true, 1.f, 0.f);
+  x_ = x;
+  return y;
+}
+
+Tensor TiedLinear::backward(const Tensor& dy) {
+  check_saved(kind(), x_.defined());
+  const Device device = weight_.value.device();
+  check_tensor(kind(), "output gradient", dy, device);
+  const int64_t out = weight_.value.dim(0), in = weight_.value.dim(1);
+  const int64_t rows = x_.numel() / in;
+  if (dy.shape() != Shape{rows, out}) throw_shape_error(kind(), "output gradient", shape_str({rows, out}), dy.shape());
+  Kernels& k = kernels_for(device);
+  // dW (out, in) += dy^T (out, rows) * x (rows, in)
+  k.gemm(grad_ptr(weight_), dy.f32(), x_.f32(), out, in, rows, true, false, 1.f, 1.f);
+  Tensor dx = reuse_buffer(dx_cache_, x_.shape(), device);
+  // dx (rows, in) = dy (rows, out) * W (out, in)
+  k.gemm(dx.f32(), dy.f32(), weight_.value.f32(), rows, in, out, false, false, 1.f, 0.f);
+  x_ = Tensor();
+  return dx;
+}
+
+}  // namespace tandem
