@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <spdlog/spdlog.h>
@@ -111,6 +112,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 // --sample N: the model and vocabulary come from the checkpoint, not from the flags.
 void run_sampling(const TrainConfig& c, Device device) {
+  // stdout carries the sample alone: the log's info lines (stdout) are held back.
+  if (spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
   const std::string path = resolve_resume(c.resume, c.checkpoint_dir);
   if (path.empty()) throw UsageError("--sample: no checkpoint found to sample from (--resume " + c.resume + ")");
   const CheckpointMeta meta = read_checkpoint_meta(path);
@@ -128,8 +131,9 @@ void run_sampling(const TrainConfig& c, Device device) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  spdlog::info("sampled {} characters from {} (step {}), temperature {}, seed {}", c.sample, path, meta.step,
-               c.temperature, c.seed);
+  std::fprintf(stderr, "tandem-train: %lld characters sampled from %s (step %lld), temperature %g, seed %llu\n",
+               static_cast<long long>(c.sample), path.c_str(), static_cast<long long>(meta.step),
+               static_cast<double>(c.temperature), static_cast<unsigned long long>(c.seed));
   std::fwrite(c.prompt.data(), 1, c.prompt.size(), stdout);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);

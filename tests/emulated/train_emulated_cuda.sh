@@ -5,6 +5,7 @@
 # for mpi and gloo, checkpoints from a device onto the CPU and back) move the same bytes.
 # The CNN agrees within 1e-4 instead: its Conv2d batches images per GEMM on a device and
 # takes one image at a time on the CPU, so its sums round differently.
+# The GPT runs too, in single, DP(2) and DDP(2), bit for bit with the CPU.
 # Also: the summary's device figures, traces, AdamW state in checkpoints, two DDP ranks
 # sharing one GPU, and the errors for too few GPUs and a comm hook the staged path cannot run.
 source "$(dirname "$0")/../e2e/lib.sh"
@@ -15,6 +16,8 @@ RUN="$BIN/tandemrun"
 MPI=(mpirun --oversubscribe -np 2)
 COMMON=(--data synthetic --synthetic-train 4096 --synthetic-test 1024 --model mlp --hidden 64 --batch-size 32
         --lr 0.02 --max-steps 40 --no-progress --threads 1)
+GPT=(--model gpt --data shakespeare --n-layer 2 --n-head 2 --n-embd 16 --context 16 --optimizer adamw --lr 3e-3
+     --warmup-steps 2 --weight-decay 0.1 --clip-grad-norm 0.5 --max-steps 12 --no-progress --threads 1)
 export TANDEM_EMULATED_GPUS=2
 
 for dev in cpu cuda; do
@@ -32,6 +35,13 @@ for dev in cpu cuda; do
   # The CNN through DDP: its conv and pooling buffers on the device, 2 ranks of 16.
   expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --model cnn --batch-size 16 --max-steps 6 --device "$dev" \
     --mode ddp --backend mpi --grad-accum 2 --summary-json "$TMP/cnn-$dev.json"
+  # The GPT: embeddings, attention, the tied LM head and clipping on the device; DP(2) and
+  # DDP(2) over mpi (staged) see the same 8 windows a step as one process.
+  expect 0 "done:" -- "$E" "${GPT[@]}" --device "$dev" --batch-size 8 --summary-json "$TMP/gpt-$dev.json"
+  expect 0 "done:" -- "$E" "${GPT[@]}" --device "$dev" --mode dp --devices 2 --batch-size 4 \
+    --summary-json "$TMP/gptdp-$dev.json"
+  expect 0 "done:" -- "${MPI[@]}" "$E" "${GPT[@]}" --device "$dev" --mode ddp --backend mpi --batch-size 4 \
+    --summary-json "$TMP/gptddp-$dev.json"
 done
 # The plain tandem-train on the CPU agrees with the emulated build's CPU run.
 expect 0 "done:" -- "$T" "${COMMON[@]}" --summary-json "$TMP/single-real.json"
@@ -71,7 +81,7 @@ expect 0 "emulated ok" -- python3 - "$TMP" <<'PY'
 import json, sys
 d = sys.argv[1]
 s = lambda k: json.load(open(f"{d}/{k}.json"))
-for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn"):
+for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gptdp", "gptddp"):
     cpu, gpu = s(f"{k}-cpu"), s(f"{k}-cuda")
     if k == "cnn":  # Conv2d batches images per GEMM on a GPU, one image on the CPU: other roundings
         for f in ("final_train_loss", "test_loss"):
@@ -81,7 +91,7 @@ for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn"):
     assert gpu["device"] == "cuda:0" and cpu["device"] == "cpu", (k, gpu["device"], cpu["device"])
     assert gpu["peak_device_memory_mb"] > 0, (k, gpu.get("peak_device_memory_mb"))
     assert cpu.get("peak_device_memory_mb") in (None, 0), (k, cpu.get("peak_device_memory_mb"))
-for k in ("mpi", "gloo", "buckets", "cnn"):
+for k in ("mpi", "gloo", "buckets", "cnn", "gptddp"):
     assert s(f"{k}-cuda")["replicas_identical"] is True, k
 assert len(s("buckets-cuda")["buckets"]) > len(s("gloo-cuda")["buckets"]), "a smaller cap, more buckets"
 assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
