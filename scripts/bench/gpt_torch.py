@@ -52,10 +52,15 @@ class Attention(nn.Module):
         q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, NH, T, HS)
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, NH, T, T)
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)  # no dropout here: as Tandem, only embeddings and residual branches
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if x.is_cuda and hasattr(F, "scaled_dot_product_attention"):
+            # PyTorch 2.x on a GPU: its fused attention, the fastest eager path it has.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, NH, T, T)
+            att = att.masked_fill(~self.mask[:T, :T].to(x.device), float("-inf"))
+            att = F.softmax(att, dim=-1)  # no dropout here: as Tandem, only embeddings and residual branches
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_drop(self.proj(y))
 
 
@@ -168,8 +173,10 @@ def val_loss(model, data, batches, B, T, seed):
     model.eval()
     gen = torch.Generator().manual_seed(seed)
     total = 0.0
+    device = next(model.parameters()).device
     for _ in range(batches):
-        total += model(*data.batch(data.val, B, T, gen))[1].item()
+        x, y = data.batch(data.val, B, T, gen)
+        total += model(x.to(device), y.to(device))[1].item()
     model.train(was_training)
     return total / batches
 
@@ -296,7 +303,9 @@ def run_training(a, steps, timed_from):
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     torch.manual_seed(a.seed)  # the same initial parameters on every rank
     data = CharData(a.data)
-    model = GPT(len(data.vocab), a.context, a.n_layer, a.n_head, a.n_embd, a.dropout)
+    device = torch.device(a.device)
+    cuda = device.type == "cuda"
+    model = GPT(len(data.vocab), a.context, a.n_layer, a.n_head, a.n_embd, a.dropout).to(device)
     model.train()
     net = nn.parallel.DistributedDataParallel(model) if distributed else model
     opt = make_optimizer(model, a.lr, (a.beta1, a.beta2), 1e-8, a.weight_decay)
@@ -309,11 +318,13 @@ def run_training(a, steps, timed_from):
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = data.batch(data.train, a.batch_size, a.context, gen)
-        _, loss = net(x, y)
+        _, loss = net(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_grad_norm)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()  # a step's time is its GPU work's, as Tandem's
         if step >= timed_from:
             times.append(time.perf_counter() - t0)
         if log and ((step + 1) % a.log_every == 0 or step == 0):
@@ -340,8 +351,11 @@ def run_training(a, steps, timed_from):
             "final_train_loss": last.item(), "train_time_s": train_time,
             "peak_rss_mb": max(r.item() for r in rss_all), "peak_rss_mb_per_rank": [r.item() for r in rss_all],
             "torch": torch.__version__, "threads": torch.get_num_threads(), "openblas_core": openblas_core(),
-            "parameters": sum(p.numel() for p in model.parameters()),
+            "parameters": sum(p.numel() for p in model.parameters()), "device": str(device),
         }
+        if cuda:
+            result["peak_device_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+            result["gpu"] = torch.cuda.get_device_name(device)
         if a.eval_batches > 0:
             result["val_loss"] = val_loss(model, data, a.eval_batches, a.eval_batch_size, a.context, a.seed + 10_000)
             result["val_batches"] = f"{a.eval_batches} x {a.eval_batch_size}"
@@ -394,6 +408,7 @@ def main():
         s.add_argument("--threads", type=int, default=1)
         s.add_argument("--seed", type=int, default=1337)
         s.add_argument("--eval-batch-size", type=int, default=12)
+        s.add_argument("--device", default="cpu", help="cpu, or cuda (PyTorch 2.x on a GPU: scripts/gpu-check)")
         if name == "train":
             s.add_argument("--iters", type=int, default=2000)
             s.add_argument("--eval-batches", type=int, default=200)

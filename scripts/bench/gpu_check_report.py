@@ -49,7 +49,7 @@ def run_fields(summary):
         return {}
     keys = ["samples_per_s", "test_accuracy", "test_loss", "final_train_loss", "peak_device_memory_mb",
             "replicas_identical", "world_size", "backend", "device", "model", "global_batch", "steps",
-            "train_time_s", "param_checksum", "comm_ms", "exposed_comm_ms"]
+            "train_time_s", "param_checksum", "comm_ms", "exposed_comm_ms", "tokens_per_s"]
     out = {k: summary.get(k) for k in keys}
     out["step_ms_mean"] = (summary.get("step_ms") or {}).get("mean")
     return out
@@ -114,6 +114,25 @@ def main():
     ddp = by_name.get("ddp-nccl-1rank", {}).get("samples_per_s")
     ddp_ratio = ddp / (sum(singles) / len(singles)) if ddp and singles else None
     mlp_acc = by_name.get("mlp-fashion", {}).get("test_accuracy")
+    # The GPT (nanoGPT's GPU Shakespeare configuration): tokens/s against PyTorch, DDP(1) against single.
+    torch_gpt = {}
+    try:
+        with open(os.path.join(a.work, "torch-gpt.jsonl")) as f:
+            torch_gpt = next((json.loads(l) for l in f if l.strip()), {})
+    except (OSError, ValueError):
+        pass
+    gpt_singles = [by_name.get(n, {}).get("tokens_per_s") for n in ("gpt-b64", "gpt-b64-again")]
+    gpt_singles = [s for s in gpt_singles if s]
+    gpt_ddp = by_name.get("ddp-nccl-gpt-1rank", {}).get("tokens_per_s")
+    gpt_single = sum(gpt_singles) / len(gpt_singles) if gpt_singles else None
+    gpt = {
+        "tandem_tokens_per_s": gpt_single, "torch_tokens_per_s": torch_gpt.get("tokens_per_s"),
+        "tandem_over_torch": gpt_single / torch_gpt["tokens_per_s"] if gpt_single and torch_gpt.get("tokens_per_s") else None,
+        "ddp_1rank_over_single": gpt_ddp / gpt_single if gpt_ddp and gpt_single else None,
+        "tandem_peak_device_memory_mb": by_name.get("gpt-b64", {}).get("peak_device_memory_mb"),
+        "torch_peak_device_memory_mb": torch_gpt.get("peak_device_memory_mb"),
+        "tandem_test_loss": by_name.get("gpt-b64", {}).get("test_loss"), "torch": torch_gpt.get("torch"),
+    }
     targets = {
         "mlp_accuracy": mlp_acc,
         "mlp_accuracy_target": TARGET_MLP_ACCURACY,
@@ -126,9 +145,12 @@ def main():
                                                                    else r["tandem_over_torch"] >= 1.0)
                                   for r in table},
         "ddp_mpi_2ranks_replicas_identical": by_name.get("ddp-mpi-2ranks", {}).get("replicas_identical"),
+        "gpt_single_at_least_torch": None if gpt["tandem_over_torch"] is None else gpt["tandem_over_torch"] >= 1.0,
+        "gpt_ddp_1rank_within_2pct": (None if gpt["ddp_1rank_over_single"] is None
+                                      else gpt["ddp_1rank_over_single"] >= 1 - TARGET_DDP_SLOWDOWN),
     }
     report = {"gpu": a.gpu, "dependencies": a.deps, "seconds": a.seconds, "tests": tests, "steps": steps,
-              "throughput": table, "torch": torch_rows, "targets": targets}
+              "throughput": table, "torch": torch_rows, "gpt": gpt, "targets": targets}
     with open(a.json, "w") as f:
         json.dump(report, f, indent=2)
 
@@ -151,6 +173,12 @@ def main():
         print(f"{r['model']:6}{r['batch']:>7}{fmt(r['tandem_samples_per_s']):>12}{fmt(r['torch_samples_per_s']):>12}"
               f"{fmt(r['torch_resident_samples_per_s']):>12}{fmt(r['tandem_over_torch'], '.2f'):>8}"
               f"{fmt(r['tandem_peak_device_memory_mb']):>12}{fmt(r['torch_peak_device_memory_mb']):>11}")
+    print()
+    print("gpt L=6 NH=6 C=384 T=256 batch 64, AdamW, FP32, tokens/s (PyTorch: its fused attention)")
+    print(f"  tandem {fmt(gpt['tandem_tokens_per_s'])}  pytorch {fmt(gpt['torch_tokens_per_s'])} "
+          f"({gpt['torch'] or '-'})  ratio {fmt(gpt['tandem_over_torch'], '.2f')}  DDP 1 rank / single "
+          f"{fmt(gpt['ddp_1rank_over_single'], '.3f')}  peak MiB tandem {fmt(gpt['tandem_peak_device_memory_mb'])} "
+          f"pytorch {fmt(gpt['torch_peak_device_memory_mb'])}")
     print()
     print(f"targets: mlp accuracy {fmt(mlp_acc, '.4f')} (>= {TARGET_MLP_ACCURACY}: {fmt(targets['mlp_accuracy_met'])}); "
           f"DDP 1 rank / single = {fmt(ddp_ratio, '.3f')} (>= {1 - TARGET_DDP_SLOWDOWN}: "
