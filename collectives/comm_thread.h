@@ -1,5 +1,5 @@
 // The CPU backends' communication thread: runs queued collectives one at a time, in
-// the order issued, so they progress while the caller computes (ARCHITECTURE.md:
+// the order issued, so they progress while the caller computes (docs/architecture.md:
 // on the CPU, the comm stream becomes this thread and events become completion flags).
 // Invariants: every submitted work is finished exactly once; once a task fails (or a
 // wait times out and breaks the group) every later task fails without running, since

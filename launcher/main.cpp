@@ -1,4 +1,4 @@
-// tandemrun: the launcher (CONTRACT.md; docs/launching.md). Parses flags, hosts or
+// tandemrun: the launcher (docs/reference.md; docs/launching.md). Parses flags, hosts or
 // joins the job's store, then runs attempts until one succeeds, the job is stopped,
 // or --max-restarts is used up.
 //

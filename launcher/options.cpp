@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <tandem/version.h>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -160,10 +161,14 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   app.add_option("--job-id", o.job_id,
                  "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");
 
+  app.set_version_flag("--version", std::string("tandemrun ") + TANDEM_VERSION_STRING, "Print the version and exit");
   try {
     app.parse(split, argv);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
+    return std::nullopt;
+  } catch (const CLI::CallForVersion&) {
+    std::printf("tandemrun %s\n", TANDEM_VERSION_STRING);
     return std::nullopt;
   } catch (const CLI::ExtrasError& e) {
     throw UsageError(std::string(e.what()) + " (put '--' before the program: tandemrun [options] -- PROGRAM [ARGS...])");

@@ -1,4 +1,4 @@
-// tandemrun's command line (CONTRACT.md, `tandemrun`): parsing and validation.
+// tandemrun's command line (docs/reference.md, `tandemrun`): parsing and validation.
 // Invariant: a LaunchOptions that parse_options returns is complete and consistent
 // (node rank < nodes, filter ranks < world size, a program to run, a job id), so the
 // rest of the launcher never re-checks flags; every refusal is a UsageError whose

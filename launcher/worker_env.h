@@ -1,4 +1,4 @@
-// The variables tandemrun gives each worker (CONTRACT.md, docs/launching.md):
+// The variables tandemrun gives each worker (docs/reference.md, docs/launching.md):
 //   RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT
 //   TANDEM_RESTART_COUNT TANDEM_JOB_ID TANDEM_STORE_HOSTED=1
 //   OMP_NUM_THREADS OPENBLAS_NUM_THREADS (only where the user has not set them)

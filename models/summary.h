@@ -1,4 +1,4 @@
-// The run summary of CONTRACT.md (--summary-json): the same keys in every mode, so
+// The run summary of docs/reference.md (--summary-json): the same keys in every mode, so
 // single, DP and DDP runs compare one to one.
 #pragma once
 

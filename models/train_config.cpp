@@ -4,6 +4,7 @@
 #include "models/train_config.h"
 
 #include <CLI/CLI.hpp>
+#include <tandem/version.h>
 #include <iostream>
 
 namespace tandem {
@@ -15,8 +16,9 @@ static void require(bool ok, const std::string& message) {
 std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   TrainConfig c;
   CLI::App app{"tandem-train: train a model on one process, one device per replica "
-               "(--mode single|dp|ddp). See docs/ and CONTRACT.md.",
+               "(--mode single|dp|ddp). Every flag, variable and exit code: docs/reference.md.",
                "tandem-train"};
+  app.set_version_flag("--version", std::string("tandem-train ") + TANDEM_VERSION_STRING, "Print the version and exit");
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const auto names = [](std::initializer_list<std::string> v) { return CLI::IsMember(std::vector<std::string>(v)); };
 
@@ -98,6 +100,9 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    return std::nullopt;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "tandem-train " << TANDEM_VERSION_STRING << "\n";
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());

@@ -1,4 +1,4 @@
-// tandem-train's configuration: every flag of CONTRACT.md's tandem-train, parsed with
+// tandem-train's configuration: every flag of docs/reference.md's tandem-train, parsed with
 // CLI11. Parsing never exits: it throws UsageError (exit 2) or returns a config, or
 // returns nullopt after printing --help (exit 0); main decides the exit code.
 #pragma once

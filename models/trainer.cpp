@@ -26,9 +26,7 @@
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
 #include "collectives/init.h"
-#include "runtime/strategy/data_parallel.h"
-#include "runtime/strategy/ddp.h"
-#include "runtime/strategy/single.h"
+#include "runtime/strategy/parallel.h"
 #include "runtime/trace.h"
 
 namespace tandem {
@@ -172,65 +170,40 @@ void run_training(const TrainConfig& c) {
   oc.beta2 = c.beta2;
   oc.clip_grad_norm = c.clip_grad_norm;
 
-  std::unique_ptr<Tracer> tracer;
-  std::unique_ptr<Strategy> strategy;
-  if (c.mode == "ddp") {
-    InitOptions io;
-    io.backend = parse_backend(c.backend);
-    // The strategy stages GPU buckets for mpi and gloo, so their group is a host group
-    // (asking them for a CUDA one is refused: "the mpi backend cannot reduce CUDA buffers").
-    io.device = host_staged_backend(c) ? DeviceKind::cpu : device.kind;
-    io.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.collective_timeout_s * 1000));
-    io.rendezvous_timeout = io.timeout;  // waiting for a peer to arrive is waiting for a peer
-    std::shared_ptr<ProcessGroup> group = init_process_group(io);
-    if (group->rank() != 0 && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
-    tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(group->rank());
-    ReducerOptions ro;
-    ro.bucket_cap_bytes = static_cast<size_t>(c.bucket_cap_mb * 1024 * 1024);
-    ro.first_bucket_cap_bytes = std::min<size_t>(ro.bucket_cap_bytes, 1u << 20);
-    ro.overlap = !c.no_overlap;
-    ro.communicate = !c.no_comm;
-    ro.find_unused = c.find_unused_parameters;
-    ro.hook = parse_comm_hook(c.comm_hook);
-    ro.timeout = io.timeout;
-    strategy = std::make_unique<DdpStrategy>(build_model(mc, c.seed), oc, device, group, ro, tracer.get());
-  } else if (c.mode == "dp") {
-    // Each replica is a worker thread with single-threaded BLAS (one "device" each).
-    set_cpu_threads(1);
-    tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(0);
-    std::vector<std::unique_ptr<Model>> models;
-    std::vector<Device> devices;
-    for (int d = 0; d < c.devices; ++d) {
-      models.push_back(build_model(mc, c.seed));
-      devices.push_back(device.is_cuda() ? Device::cuda(d) : device);
-    }
-    strategy = std::make_unique<DataParallelStrategy>(std::move(models), oc, devices);
-  } else {
-    tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(0);
-    strategy = std::make_unique<SingleStrategy>(build_model(mc, c.seed), oc, device);
-    strategy->model().set_tracer(tracer.get());
+  // The strategy comes from the public API's parallelize(), as a user's would.
+  ParallelOptions po;
+  po.mode = parse_mode(c.mode);
+  po.device = device;
+  po.devices = c.mode == "dp" ? c.devices : 1;
+  po.backend = parse_backend(c.backend);
+  po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.collective_timeout_s * 1000));
+  po.bucket_cap_mb = c.bucket_cap_mb;
+  po.overlap = !c.no_overlap;
+  po.communicate = !c.no_comm;
+  po.find_unused_parameters = c.find_unused_parameters;
+  po.comm_hook = parse_comm_hook(c.comm_hook);
+  int tracer_rank = 0;
+  if (po.mode == Mode::ddp) {
+    po.group = init_group(po);  // first: the tracer and the log level depend on the rank
+    tracer_rank = po.group->rank();
+    if (tracer_rank != 0 && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
   }
+  // DP replicas are worker threads with single-threaded BLAS (one "device" each).
+  if (po.mode == Mode::dp) set_cpu_threads(1);
+  std::unique_ptr<Tracer> tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(tracer_rank);
+  std::unique_ptr<Strategy> strategy = parallelize([&] { return build_model(mc, c.seed); }, oc, po, tracer.get());
   const int replicas = strategy->replicas();
 
   // DDP ranks each load their shard; DataParallel loads the global batch and scatters it.
   const bool ddp = strategy->mode() == std::string("ddp");
-  const int64_t loader_batch = ddp ? c.batch_size : c.batch_size * replicas;
   std::unique_ptr<BatchSource> train_source, test_source;
   if (data.text) {
-    train_source = std::make_unique<TextLoader>(data.text, c.context, loader_batch, ddp ? replicas : 1,
-                                                strategy->rank(), c.seed);
+    train_source = training_batches(data.text, c.context, c.batch_size, *strategy, c.seed);
     // Every rank evaluates the same fixed windows: test_loss is comparable across runs.
     test_source = std::make_unique<TextEvalLoader>(data.text, c.context, 48);
   } else {
-    SamplerOptions so;
-    so.num_replicas = ddp ? replicas : 1;
-    so.rank = strategy->rank();
-    so.seed = c.seed;
-    train_source = std::make_unique<DataLoader>(data.train, DistributedSampler(data.train->size, so), loader_batch, true);
-    SamplerOptions eval_so;
-    eval_so.shuffle = false;
-    eval_so.pad = false;
-    test_source = std::make_unique<DataLoader>(data.test, DistributedSampler(data.test->size, eval_so), 256, false);
+    train_source = training_batches(data.train, c.batch_size, *strategy, c.seed);
+    test_source = evaluation_batches(data.test);
   }
   BatchSource& train_loader = *train_source;
   BatchSource& test_loader = *test_source;

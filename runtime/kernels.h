@@ -1,7 +1,7 @@
 // The device kernel interface. Every op a layer, optimizer or strategy needs is a
 // method here; runtime/cpu/ implements it with OpenBLAS and plain loops, runtime/cuda/
 // with cuBLAS and CUDA kernels. Model code never sees this: it calls runtime/ops.h,
-// which checks shapes and devices and dispatches here (ARCHITECTURE.md, "Device and ops").
+// which checks shapes and devices and dispatches here (docs/architecture.md, "Device and ops").
 //
 // Conventions (the same for every method, as llm.c's launchers):
 //   outputs first, then inputs, then sizes; pointers are device pointers of the

@@ -1,7 +1,7 @@
 // Tensor: shared storage on a device, plus an element offset, a shape and a dtype.
 // Invariant: a tensor is always contiguous (row-major) inside its storage, and a view
 // shares its parent's storage, so a gradient can be a slice of a reducer's flat bucket
-// buffer without a copy (ARCHITECTURE.md, "Tensor").
+// buffer without a copy (docs/architecture.md, "Tensor").
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // tandem-bench-collectives: times collectives through Tandem's process group and,
-// with --raw, through the engine called directly, as nccl-tests does (CONTRACT.md).
+// with --raw, through the engine called directly, as nccl-tests does (docs/reference.md).
 // Run it under tandemrun or mpirun; rank 0 prints. Exit codes: 0 ok, 2 bad flags,
 // 1 any other failure (including wrong results under --check).
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <tandem/version.h>
 
 #include "collectives/bench/bench_harness.h"
 #include "collectives/init.h"
@@ -67,9 +68,13 @@ int main(int argc, char** argv) {
   app.add_flag("--raw", raw, "also time the engine called directly (MPI_* or gloo::*), taking turns with the group at each size");
   app.add_option("--json", json_path, "rank 0 also writes the rows as JSON to FILE: one object per size and placement with size, count, time_us, algbw, busbw, wrong, in_place, raw");
   app.add_option("--timeout-s", timeout_s, "collective and rendezvous timeout")->check(CLI::PositiveNumber);
+  app.set_version_flag("--version", std::string("tandem-bench-collectives ") + TANDEM_VERSION_STRING,
+                       "Print the version and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return usage_error(e.what());

@@ -1,5 +1,5 @@
 // The NCCL backend: collectives on CUDA buffers, launched on a communication stream
-// and completed by CUDA events (ARCHITECTURE.md, "Streams on a GPU"):
+// and completed by CUDA events (docs/architecture.md, "Streams on a GPU"):
 //
 //   compute stream:  ... produce grads [ready] ........ wait(done) -- optimizer
 //   comm stream:               wait(ready) ncclAllReduce [done]

@@ -5,6 +5,7 @@
 //                                      --resume auto would pick
 // Exit codes as tandem-train's: 0 fine, 1 any problem found (inspect verifies too), 2 usage.
 #include <CLI/CLI.hpp>
+#include <tandem/version.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +145,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string dir, root;
   bool as_json = false;
+  app.set_version_flag("--version", std::string("tandem-ckpt ") + TANDEM_VERSION_STRING, "Print the version and exit");
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "List tensors (name, dtype, shape, bytes), step, epoch, config");
   inspect_cmd->add_option("DIR", dir, "Checkpoint directory (ROOT/step-N)")->required();
   inspect_cmd->add_flag("--json", as_json, "Print one JSON object instead of tables");
@@ -159,7 +161,7 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "tandem-ckpt: usage error: %s\nRun with --help for the commands.\n", e.what());

@@ -1,4 +1,4 @@
-// Checkpoints (CONTRACT.md, "Checkpoints"; docs/checkpoints.md): one directory per
+// Checkpoints (docs/reference.md, "Checkpoints"; docs/checkpoints.md): one directory per
 // checkpoint under a root,
 //   ROOT/step-00001234/model.safetensors      parameters, keyed by name ("fc1.weight")
 //                      optimizer.safetensors  optimizer state ("fc1.weight.momentum_buffer"),

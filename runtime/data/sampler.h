@@ -1,5 +1,5 @@
 // DistributedSampler: which dataset indices one replica visits in one epoch, in order.
-// Invariant (CONTRACT.md, data order): the epoch's order is a permutation of [0, size) that
+// Invariant (docs/reference.md, "Data order"): the epoch's order is a permutation of [0, size) that
 // depends only on (seed, epoch); it is padded by wrapping around its start up to a multiple of
 // R, and replica r of R takes positions r, r+R, r+2R, ... (as PyTorch's DistributedSampler).
 // So the R replicas' lists interleave back into the single-process (R = 1) order exactly.

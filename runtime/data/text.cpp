@@ -182,8 +182,19 @@ TextDataset load_text(const std::string& path, const std::string& name,
 std::string default_shakespeare_path() {
   namespace fs = std::filesystem;
   const char* dir = std::getenv("TANDEM_DATA_DIR");
-  const fs::path base = (dir != nullptr && *dir != '\0') ? fs::path(dir) : fs::path(TANDEM_SOURCE_DATA_DIR);
-  return (base / "tinyshakespeare.txt").string();
+  if (dir != nullptr && *dir != '\0') return (fs::path(dir) / "tinyshakespeare.txt").string();
+  const fs::path source = fs::path(TANDEM_SOURCE_DATA_DIR) / "tinyshakespeare.txt";
+  // An installed program (cmake --install) finds the copy installed beside it:
+  // PREFIX/bin/PROGRAM -> PREFIX/share/tandem/data. The source tree's copy comes first.
+  std::error_code ec;
+  if (!fs::exists(source, ec)) {
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      const fs::path installed = exe.parent_path().parent_path() / "share" / "tandem" / "data" / "tinyshakespeare.txt";
+      if (fs::exists(installed, ec)) return installed.string();
+    }
+  }
+  return source.string();
 }
 
 Batch make_text_batch(const TextDataset& dataset, std::span<const int64_t> starts, int64_t context) {

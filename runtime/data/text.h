@@ -57,7 +57,8 @@ TextDataset load_text(const std::string& path, const std::string& name,
                       std::optional<std::string> expected_sha256, int64_t context);
 
 // $TANDEM_DATA_DIR/tinyshakespeare.txt when that variable is set and not empty, else the
-// repository's data/tinyshakespeare.txt (its absolute path is compiled in).
+// repository's data/tinyshakespeare.txt (its absolute path is compiled in), else, for an
+// installed program whose source tree is gone, PREFIX/share/tandem/data/tinyshakespeare.txt.
 std::string default_shakespeare_path();
 
 // Gathers windows of `context` tokens of `dataset` starting at `starts`: inputs (B, T) i32 =

@@ -1,7 +1,7 @@
 // Optimizers over a model's parameter registry: SGD (momentum, Nesterov, weight decay)
 // and AdamW, with PyTorch's update rules, one fused kernel per parameter tensor on the
 // parameter's device. State tensors are named "<param>.<slot>" so checkpoints key on
-// parameter names with no mode prefix (CONTRACT.md, "Checkpoints").
+// parameter names with no mode prefix (docs/reference.md, "Checkpoints").
 #pragma once
 
 #include <memory>

@@ -7,6 +7,7 @@
 // A hook is per bucket, so its compressed buffer is allocated once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,5 +33,10 @@ class CommHook {
 // the bucket is staged through pinned host memory: copied down, reduced on the host,
 // copied back in finish(); compression hooks need a direct backend (nccl on a GPU).
 std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind, const Tensor& flat, bool direct = true);
+// Builds a bucket's hook for its flat buffer; `direct` as above. A user's hook must leave
+// the AVERAGE over ranks of every rank's `flat` in `flat` after finish(), issue the same
+// collectives on every rank in the same order, and never reallocate `flat` (parameter
+// gradients are views into it).
+using CommHookFactory = std::function<std::unique_ptr<CommHook>(const Tensor& flat, bool direct)>;
 
 }  // namespace tandem

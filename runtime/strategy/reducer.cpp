@@ -81,7 +81,10 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       if (p.grad.defined()) view.copy_from(p.grad);
       p.grad = view;
     }
-    bucket.hook = make_comm_hook(options_.hook, bucket.flat, group_->takes(bucket.flat.device()));
+    const bool direct = group_->takes(bucket.flat.device());
+    bucket.hook = options_.custom_hook ? options_.custom_hook(bucket.flat, direct)
+                                       : make_comm_hook(options_.hook, bucket.flat, direct);
+    if (!bucket.hook) throw std::invalid_argument("DDP: the custom comm hook factory returned no hook");
     bucket.pending = bucket.params.size();
   }
   buckets_ = std::move(buckets);

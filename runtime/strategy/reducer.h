@@ -40,6 +40,9 @@ struct ReducerOptions {
   bool find_unused = false;    // true: parameters that got no gradient count as zero
   bool communicate = true;     // false (--no-comm): gradients stay local
   CommHookKind hook = CommHookKind::none;
+  // A hook of the caller's own (a seam: runtime/strategy/comm_hook.h says what a hook
+  // must do). When set, each bucket gets custom_hook(flat, direct) instead of `hook`.
+  CommHookFactory custom_hook;
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
 };
 

@@ -1,7 +1,7 @@
 // Strategy: everything mode-specific about a training step. The loop in
 // models/trainer.cpp is the same in every mode: batch -> forward_backward -> step ->
 // log. Single, DataParallel and DistributedDataParallel differ only here, which is what
-// makes --mode a flag and not three programs (ARCHITECTURE.md).
+// makes --mode a flag and not three programs (docs/architecture.md).
 //
 // Invariant: after forward_backward() returns, model().parameters()' gradients are the
 // gradients of the mean loss over the GLOBAL batch (all replicas), so step() gives
@@ -109,6 +109,17 @@ class Strategy {
   // forward, loss and backward of each, gradients accumulated, then synchronised.
   virtual StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) = 0;
   virtual void step(float lr, PhaseTimes& times) = 0;
+  // The same for a loop of your own that keeps no phase times: one batch (or the
+  // micro-batches of one step), then the update.
+  StepOutput forward_backward(std::span<const Batch> micro_batches) {
+    PhaseTimes times;
+    return forward_backward(micro_batches, times);
+  }
+  StepOutput forward_backward(const Batch& batch) { return forward_backward(std::span<const Batch>(&batch, 1)); }
+  void step(float lr) {
+    PhaseTimes times;
+    step(lr, times);
+  }
   // Mean loss and accuracy over every sample the loader yields, on every replica's
   // share combined.
   virtual EvalResult evaluate(BatchSource& loader) = 0;

@@ -1,4 +1,4 @@
-"""Checks a tandem-train --summary-json file against CONTRACT.md's keys and optional
+"""Checks a tandem-train --summary-json file against docs/reference.md's keys and optional
 expectations. Prints 'summary ok' or the first problem and exits 1."""
 import argparse
 import json

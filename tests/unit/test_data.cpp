@@ -1,7 +1,7 @@
 // Data layer tests: IDX reading and its error messages (on small files written here with zlib),
 // Fashion-MNIST loading (skipped when the Debian package is absent), synthetic determinism,
 // the sampler's permutation/sharding/padding, and the loader's batches and exact resume.
-// The key invariant (CONTRACT.md): replica r's j-th sample at step i is the single-process
+// The key invariant (docs/reference.md, "Data order"): replica r's j-th sample at step i is the single-process
 // batch i's sample at position r + R*j, for R = 2, 3, 4.
 #include <gtest/gtest.h>
 #include <unistd.h>
