@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/loader.h"
@@ -28,15 +29,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path_ = fs::temp_directory_path() / ("tandem_test_data_" + std::to_string(getpid()) +
-                                                "_" + std::to_string(next_id()));
-  TempDir() { fs::create_directories(path_); }
-  ~TempDir() { std::error_code ec; fs::remove_all(path_, ec); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-  static int next_id() { static std::atomic<int> counter{0}; return counter++; }
+// A fresh directory for this test's files, removed with everything in it.
+struct TempDir : tandem::testing::TempDir {
+  TempDir() : tandem::testing::TempDir("tandem_test_data") {}
 };
 
 std::vector<uint8_t> idx_bytes(uint8_t type, const std::vector<uint32_t>& dims,
