@@ -42,8 +42,8 @@ class StoreUnreachable : public StoreError {
 // (without any PrefixStore prefix), so callers can say who did not arrive.
 class StoreTimeout : public StoreError {
  public:
-  StoreTimeout(const std::string& message, std::vector<std::string> missing_keys)
-      : StoreError(message), missing_keys(std::move(missing_keys)) {}
+  StoreTimeout(const std::string& message, std::vector<std::string> keys)
+      : StoreError(message), missing_keys(std::move(keys)) {}
   std::vector<std::string> missing_keys;
 };
 

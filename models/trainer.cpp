@@ -32,25 +32,6 @@
 namespace tandem {
 namespace {
 
-int resolve_threads(int requested) {
-  if (requested > 0) return requested;
-  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
-    if (const char* v = std::getenv(var)) {
-      int n = std::atoi(v);
-      if (n > 0) return n;
-    }
-  }
-  // Share the cores among the processes of this node (tandemrun sets the variables
-  // above itself; under plain mpirun divide by the local process count).
-  int local = 1;
-  for (const char* var : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
-    if (const char* v = std::getenv(var)) {
-      local = std::max(1, std::atoi(v));
-      break;
-    }
-  }
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
-}
 
 struct Data {
   std::shared_ptr<const Dataset> train, test;  // images
@@ -141,7 +122,7 @@ void run_sampling(const TrainConfig& c, Device device) {
 }  // namespace
 
 void run_training(const TrainConfig& c) {
-  const int threads = c.mode == "dp" ? 1 : resolve_threads(c.threads);
+  const int threads = c.mode == "dp" ? 1 : default_cpu_threads(c.threads);
   set_cpu_threads(threads);
   const Device device = resolve_device(c);
   if (c.sample > 0) return run_sampling(c, device);
@@ -182,14 +163,13 @@ void run_training(const TrainConfig& c) {
   po.communicate = !c.no_comm;
   po.find_unused_parameters = c.find_unused_parameters;
   po.comm_hook = parse_comm_hook(c.comm_hook);
+  po.cpu_threads = threads;
   int tracer_rank = 0;
   if (po.mode == Mode::ddp) {
     po.group = init_group(po);  // first: the tracer and the log level depend on the rank
     tracer_rank = po.group->rank();
     if (tracer_rank != 0 && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
   }
-  // DP replicas are worker threads with single-threaded BLAS (one "device" each).
-  if (po.mode == Mode::dp) set_cpu_threads(1);
   std::unique_ptr<Tracer> tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(tracer_rank);
   std::unique_ptr<Strategy> strategy = parallelize([&] { return build_model(mc, c.seed); }, oc, po, tracer.get());
   const int replicas = strategy->replicas();

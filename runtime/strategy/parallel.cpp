@@ -1,8 +1,13 @@
 // parallelize and the loaders that go with a strategy.
 #include "runtime/strategy/parallel.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
+
+#include "runtime/kernels.h"
 
 #include "runtime/strategy/data_parallel.h"
 #include "runtime/strategy/ddp.h"
@@ -26,6 +31,24 @@ Mode parse_mode(std::string_view name) {
   throw std::invalid_argument("unknown mode '" + std::string(name) + "' (expected single, dp or ddp)");
 }
 
+int default_cpu_threads(int requested) {
+  if (requested > 0) return requested;
+  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
+    if (const char* v = std::getenv(var)) {
+      const int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  int local = 1;
+  for (const char* var : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    if (const char* v = std::getenv(var)) {
+      local = std::max(1, std::atoi(v));
+      break;
+    }
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+}
+
 std::shared_ptr<ProcessGroup> init_group(const ParallelOptions& o) {
   InitOptions io;
   io.backend = o.backend;
@@ -45,6 +68,7 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
     throw std::invalid_argument("parallelize: devices = " + std::to_string(o.devices) + " needs Mode::dp");
   if (o.mode != Mode::ddp && (o.comm_hook != CommHookKind::none || o.custom_comm_hook))
     throw std::invalid_argument("parallelize: a comm hook needs Mode::ddp");
+  set_cpu_threads(o.mode == Mode::dp ? 1 : default_cpu_threads(o.cpu_threads));
   auto build = [&] {
     std::unique_ptr<Model> m = make_model();
     if (!m) throw std::invalid_argument("parallelize: the model factory returned no model");

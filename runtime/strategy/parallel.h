@@ -29,8 +29,16 @@ enum class Mode : uint8_t { single, dp, ddp };
 const char* mode_str(Mode mode);         // "single", "dp", "ddp"
 Mode parse_mode(std::string_view name);  // throws std::invalid_argument listing the names
 
+// BLAS threads for one process: `requested` when > 0, else OPENBLAS_NUM_THREADS or
+// OMP_NUM_THREADS when set, else the cores divided among this node's processes
+// (LOCAL_WORLD_SIZE from tandemrun, OMPI_COMM_WORLD_LOCAL_SIZE from mpirun).
+int default_cpu_threads(int requested = 0);
+
 struct ParallelOptions {
   Mode mode = Mode::single;
+  // BLAS threads parallelize() sets for this process: 0 = default_cpu_threads(); dp always
+  // uses 1 (each replica is a thread of its own).
+  int cpu_threads = 0;
   // single and ddp: the replica's device; dp over CUDA: devices 0..devices-1 of its kind.
   Device device = Device::cpu();
   int devices = 1;  // dp: replicas in this process
