@@ -179,8 +179,9 @@ void run_training(const TrainConfig& c) {
   std::unique_ptr<BatchSource> train_source, test_source;
   if (data.text) {
     train_source = training_batches(data.text, c.context, c.batch_size, *strategy, c.seed);
-    // Every rank evaluates the same fixed windows: test_loss is comparable across runs.
-    test_source = std::make_unique<TextEvalLoader>(data.text, c.context, 48);
+    // Every rank evaluates the same fixed windows: test_loss is comparable across runs. Batches
+    // of 12 windows: the activations of a training batch, not 4x them at the peak.
+    test_source = std::make_unique<TextEvalLoader>(data.text, c.context, 12);
   } else {
     train_source = training_batches(data.train, c.batch_size, *strategy, c.seed);
     test_source = evaluation_batches(data.test);

@@ -64,7 +64,9 @@ class Module {
   // default routes "child.name" to that sub-module.
   virtual void set_counter(const std::string& name, uint64_t value);
 
-  // Training mode for this module and every sub-module.
+  // Training mode for this module and every sub-module. Out of training (evaluation,
+  // sampling) a forward keeps nothing for a backward, as PyTorch under no_grad: its
+  // input's buffer is free for the next batch, and backward then says no forward ran.
   void set_training(bool training);
   bool training() const { return training_; }
   // When false, backward may skip computing dx and return an undefined Tensor (and a

@@ -23,7 +23,7 @@ Tensor ReLU::forward(const Tensor& x) {
   y_ = Tensor();  // drop a forward's output never consumed by backward (eval), so the cache is reusable
   Tensor y = reuse_buffer(y_cache_, x.shape(), x.device());
   kernels_for(x.device()).relu_forward(y.f32(), x.f32(), x.numel());
-  y_ = y;
+  if (training_) y_ = y;
   return y;
 }
 
@@ -47,7 +47,7 @@ Tensor GELU::forward(const Tensor& x) {
     k.gelu_tanh_forward(y.f32(), x.f32(), x.numel());
   else
     k.gelu_forward(y.f32(), x.f32(), x.numel());
-  x_ = x;
+  if (training_) x_ = x;
   return y;
 }
 

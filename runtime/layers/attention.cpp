@@ -23,11 +23,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   if (x.ndim() != 3 || x.dim(2) != n_embd_)
     throw_shape_error(kind(), "input", "(B, T, " + std::to_string(n_embd_) + ")", x.shape());
   const int64_t b = x.dim(0), t = x.dim(1);
-  att_ = Tensor();  // an evaluation forward has no backward to release them
-  qkv_out_ = qkv_->forward(x);
-  att_ = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
+  Tensor qkv = qkv_->forward(x);
+  Tensor att = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
   Tensor out = reuse_buffer(out_cache_, {b, t, n_embd_}, device_);
-  kernels_for(device_).attention_forward(out.f32(), att_.f32(), qkv_out_.f32(), b, t, n_embd_, n_head_);
+  kernels_for(device_).attention_forward(out.f32(), att.f32(), qkv.f32(), b, t, n_embd_, n_head_);
+  if (training_) qkv_out_ = qkv, att_ = att;  // evaluation keeps nothing for a backward
   Tensor y = proj_->forward(out);
   return drop_ ? drop_->forward(y) : y;
 }

@@ -72,10 +72,10 @@ Tensor Conv2d::forward(const Tensor& x) {
   }
   k.add_bias_channels(y.f32(), bias_->value.f32(), n, out_, ohw);
 
-  saved_ = true;
+  saved_ = training();  // evaluation keeps nothing for a backward
   cols_saved_ = keep_all;
   x_shape_ = x.shape();
-  x_ = keep_all ? Tensor() : x;  // with every column kept, backward never reads x
+  x_ = keep_all || !training() ? Tensor() : x;  // with every column kept, backward never reads x
   return y;
 }
 

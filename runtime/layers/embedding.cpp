@@ -37,7 +37,7 @@ Tensor Embedding::forward(const Tensor& ids) {
   y_shape.push_back(dim_);
   Tensor y = reuse_buffer(y_cache_, y_shape, device_);
   kernels_for(device_).embedding_forward(y.f32(), weight_->value.f32(), ids.data<int32_t>(), ids.numel(), dim_);
-  ids_ = ids;
+  if (training_) ids_ = ids;
   return y;
 }
 

@@ -33,7 +33,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   kernels_for(device_).layernorm_forward(y.f32(), mean_.f32(), rstd_.f32(), x.f32(),
                                          weight_->value.f32(), bias_->value.f32(), rows, features_,
                                          eps_);
-  x_ = x;
+  if (training_) x_ = x;
   return y;
 }
 

@@ -36,7 +36,7 @@ Tensor Linear::forward(const Tensor& x) {
   // y (rows, out) = x (rows, in) * W^T (in, out)
   k.gemm(y.f32(), x.f32(), weight_->value.f32(), rows, out_, in_, false, true, 1.f, 0.f);
   if (bias_) k.add_bias_rows(y.f32(), bias_->value.f32(), rows, out_);
-  x_ = x;
+  if (training_) x_ = x;  // evaluation keeps nothing: the input's buffer is free again
   return y;
 }
 

@@ -19,7 +19,7 @@ Tensor TiedLinear::forward(const Tensor& x) {
   Tensor y = reuse_buffer(y_cache_, {rows, out}, device);
   // y (rows, out) = x (rows, in) * W^T (in, out)
   kernels_for(device).gemm(y.f32(), x.f32(), weight_.value.f32(), rows, out, in, false, true, 1.f, 0.f);
-  x_ = x;
+  if (training_) x_ = x;
   return y;
 }
 
