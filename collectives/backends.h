@@ -29,10 +29,13 @@ struct BackendArgs {
 std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args);
 std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args);
 std::shared_ptr<ProcessGroup> make_nccl_group(const BackendArgs& args);
+// Shared memory, ranks on one node (collectives/shm/); always built: it needs no library.
+std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args);
 
 // Whether each backend was compiled in (defined next to the factories).
 extern const bool kMpiBuilt;
 extern const bool kGlooBuilt;
 extern const bool kNcclBuilt;
+extern const bool kShmBuilt;
 
 }  // namespace tandem

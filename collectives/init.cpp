@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 #include "collectives/backends.h"
 
 namespace tandem {
@@ -18,15 +20,16 @@ const char* backend_str(Backend backend) {
     case Backend::mpi: return "mpi";
     case Backend::gloo: return "gloo";
     case Backend::nccl: return "nccl";
+    case Backend::shm: return "shm";
   }
   return "?";
 }
 
 Backend parse_backend(std::string_view name) {
-  for (Backend b : {Backend::automatic, Backend::mpi, Backend::gloo, Backend::nccl}) {
+  for (Backend b : {Backend::automatic, Backend::mpi, Backend::gloo, Backend::nccl, Backend::shm}) {
     if (name == backend_str(b)) return b;
   }
-  throw std::invalid_argument("unknown backend '" + std::string(name) + "' (accepted: auto, mpi, gloo, nccl)");
+  throw std::invalid_argument("unknown backend '" + std::string(name) + "' (accepted: auto, mpi, gloo, nccl, shm)");
 }
 
 bool backend_built(Backend backend) {
@@ -35,6 +38,7 @@ bool backend_built(Backend backend) {
     case Backend::mpi: return kMpiBuilt;
     case Backend::gloo: return kGlooBuilt;
     case Backend::nccl: return kNcclBuilt;
+    case Backend::shm: return kShmBuilt;
   }
   return false;
 }
@@ -74,6 +78,9 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
     env.rank = parse_int("RANK", *rank, 0, env.world_size - 1);
     const auto local = lookup("LOCAL_RANK");
     env.local_rank = local ? parse_int("LOCAL_RANK", *local, 0, kMaxWorld) : env.rank;
+    if (auto local_world = lookup("LOCAL_WORLD_SIZE"); local_world && !local_world->empty()) {
+      env.local_world_size = parse_int("LOCAL_WORLD_SIZE", *local_world, 1, kMaxWorld);
+    }
   } else if (env.under_mpirun) {
     env.world_size = parse_int("OMPI_COMM_WORLD_SIZE", require("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK is set"), 1, kMaxWorld);
     env.rank = parse_int("OMPI_COMM_WORLD_RANK", *ompi_rank, 0, env.world_size - 1);
@@ -119,6 +126,25 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
   return env;
 }
 
+namespace {
+
+// Every rank on this node: the launcher said so (LOCAL_WORLD_SIZE == WORLD_SIZE).
+bool all_ranks_local(const LaunchEnv& env) { return env.local_world_size == env.world_size; }
+
+}  // namespace
+
+std::string backend_reason(Backend requested, DeviceKind device, const LaunchEnv& env) {
+  if (requested != Backend::automatic) return "requested";
+  const std::string n = std::to_string(env.world_size) + (env.world_size == 1 ? " rank" : " ranks");
+  if (device == DeviceKind::cuda) return "auto: CUDA tensors";
+  if (env.under_mpirun && kMpiBuilt) return "auto: " + n + " under mpirun, CPU tensors";
+  if (!env.under_mpirun && all_ranks_local(env)) return "auto: " + n + ", all on this node, CPU tensors";
+  return "auto: " + n + ", CPU tensors, " +
+         (env.local_world_size < 0 ? std::string("LOCAL_WORLD_SIZE not set")
+                                   : "LOCAL_WORLD_SIZE " + std::to_string(env.local_world_size) + " of " +
+                                         std::to_string(env.world_size) + " on this node");
+}
+
 Backend resolve_backend(Backend requested, DeviceKind device, const LaunchEnv& env) {
   Backend b = requested;
   if (b == Backend::automatic) {
@@ -126,6 +152,8 @@ Backend resolve_backend(Backend requested, DeviceKind device, const LaunchEnv& e
       b = Backend::nccl;
     } else if (env.under_mpirun && kMpiBuilt) {
       b = Backend::mpi;
+    } else if (!env.under_mpirun && all_ranks_local(env)) {
+      b = Backend::shm;
     } else {
       b = Backend::gloo;
     }
@@ -226,7 +254,11 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, con
         "tandem/" + std::to_string(env.restart_count) + "/" + options.group_name + "/", base);
     rendezvous(*args.store, env.rank, env.world_size, options.rendezvous_timeout);
   }
+  if (env.rank == 0) {
+    spdlog::info("collectives: backend {} ({})", backend_str(backend), backend_reason(options.backend, options.device, env));
+  }
   switch (backend) {
+    case Backend::shm: return make_shm_group(args);
     case Backend::mpi: return make_mpi_group(args);
     case Backend::gloo: return make_gloo_group(args);
     case Backend::nccl: return make_nccl_group(args);

@@ -10,7 +10,7 @@
 // Rendezvous: every rank sets "arrived/<rank>" and waits for all the others; after
 // `rendezvous_timeout` the error lists the ranks whose keys are absent.
 //
-// The mpi and gloo backends check before every op that all ranks issued the same one
+// The mpi, gloo and shm backends check before every op that all ranks issued the same one
 // (collectives/op_check.h); InitOptions::check_ops = false or TANDEM_COLLECTIVE_CHECKS=0
 // turns that off (either one suffices).
 #pragma once
@@ -26,15 +26,17 @@
 
 namespace tandem {
 
-enum class Backend : uint8_t { automatic, mpi, gloo, nccl };
-const char* backend_str(Backend backend);  // "auto", "mpi", "gloo", "nccl"
+enum class Backend : uint8_t { automatic, mpi, gloo, nccl, shm };
+const char* backend_str(Backend backend);  // "auto", "mpi", "gloo", "nccl", "shm"
 // Throws std::invalid_argument listing the accepted names.
 Backend parse_backend(std::string_view name);
 // Whether this build includes the backend (CMake options TANDEM_WITH_*).
 bool backend_built(Backend backend);
 
 struct InitOptions {
-  Backend backend = Backend::automatic;  // nccl for CUDA, else mpi under mpirun, else gloo
+  // auto: nccl for CUDA; else mpi under mpirun; else shm when every rank is on this node
+  // (LOCAL_WORLD_SIZE == WORLD_SIZE, as tandemrun sets it); else gloo.
+  Backend backend = Backend::automatic;
   DeviceKind device = DeviceKind::cpu;   // cuda: the device index is LOCAL_RANK
   // Every collective wait, and each engine's own timeout.
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
@@ -43,7 +45,7 @@ struct InitOptions {
   // Keys of different groups sharing one store never collide.
   std::string group_name = "default";
   // Before each op, check that every rank passed the same op kind, dtype, counts, root
-  // and reduce op, and fail it on every rank if not (mpi and gloo; one small extra
+  // and reduce op, and fail it on every rank if not (mpi, gloo, shm; one small extra
   // gather per op). TANDEM_COLLECTIVE_CHECKS=0 also turns it off.
   bool check_ops = true;
 };
@@ -53,6 +55,7 @@ struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = -1;  // LOCAL_WORLD_SIZE (tandemrun); -1: not given
   bool under_mpirun = false;
   std::string master_addr;  // empty: no store address given
   int master_port = -1;
@@ -69,6 +72,9 @@ LaunchEnv read_launch_env(const EnvLookup& lookup = {});
 
 // Picks the backend `auto` means for this environment and device.
 Backend resolve_backend(Backend requested, DeviceKind device, const LaunchEnv& env);
+// Why resolve_backend picked what it did, for the log: "auto: 2 ranks, all on this node,
+// CPU tensors", "requested", ...
+std::string backend_reason(Backend requested, DeviceKind device, const LaunchEnv& env);
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, const LaunchEnv& env);

@@ -1,5 +1,5 @@
 // ProcessGroup: collectives over typed buffers, one implementation per engine
-// (mpi, gloo, nccl), each in its own folder. Every call returns a Work at once.
+// (mpi, gloo, nccl, shm), each in its own folder. Every call returns a Work at once.
 //
 // Calling rules (as in c10d): every rank issues the same collectives in the same
 // order, from one thread at a time; each op gets the next sequence number (1, 2, ...),
@@ -85,7 +85,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
  protected:
   struct Setup {
-    std::string backend;  // "mpi", "gloo", "nccl"
+    std::string backend;  // "mpi", "gloo", "nccl", "shm"
     int rank = 0;
     int size = 1;
     std::chrono::milliseconds timeout{std::chrono::minutes(10)};

@@ -1,4 +1,4 @@
-// ThreadedProcessGroup: the part the CPU backends (mpi, gloo) share. Each op is
+// ThreadedProcessGroup: the part the CPU backends (mpi, gloo, shm) share. Each op is
 // queued on one communication thread that calls the engine's blocking collective,
 // and its Work is a CompletionWork the thread finishes.
 //

@@ -165,6 +165,29 @@ void Attempt::reap() {
       exited.emplace_back(&w, status);
     }
   }
+  // A rank that failed with an exit code may have seen a killed peer faster than the
+  // kernel finished tearing that peer down (the shm backend notices a dead peer within
+  // a millisecond, while a large process takes longer to become reapable). Give such a
+  // death by signal a short bounded moment to show up, so the cause is reported.
+  const auto failed_by_code = [](int status) { return WIFEXITED(status) && WEXITSTATUS(status) != 0; };
+  const bool any_signal = std::any_of(exited.begin(), exited.end(), [](const auto& e) { return WIFSIGNALED(e.second); });
+  const bool any_code = std::any_of(exited.begin(), exited.end(), [&](const auto& e) { return failed_by_code(e.second); });
+  if (any_code && !any_signal && !stopping_) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    bool found = false;
+    while (!found && std::chrono::steady_clock::now() < until) {
+      poll(nullptr, 0, 2);
+      for (auto& w : workers_) {
+        if (!w.alive) continue;
+        int status = 0;
+        if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
+          w.alive = false;
+          exited.emplace_back(&w, status);
+          found |= WIFSIGNALED(status);
+        }
+      }
+    }
+  }
   // Exits seen in one pass have no order of their own. A death by signal goes first:
   // when one rank is killed, its peers fail moments later with collective errors,
   // and the kill is the cause worth reporting.

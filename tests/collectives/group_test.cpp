@@ -93,6 +93,24 @@ TEST(Env, LauncherVariables) {
   EXPECT_EQ(resolve_backend(Backend::automatic, DeviceKind::cpu, env), Backend::gloo);
 }
 
+// auto picks shm when the launcher says every rank is on this node, gloo otherwise.
+TEST(Env, AutoPicksShmOnOneNode) {
+  const auto env_with = [](const char* local_world) {
+    return read_launch_env(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                                   {"LOCAL_WORLD_SIZE", local_world}, {"MASTER_ADDR", "127.0.0.1"},
+                                   {"MASTER_PORT", "29500"}}));
+  };
+  const LaunchEnv local = env_with("2");
+  EXPECT_EQ(local.local_world_size, 2);
+  EXPECT_EQ(resolve_backend(Backend::automatic, DeviceKind::cpu, local), Backend::shm);
+  EXPECT_EQ(backend_reason(Backend::automatic, DeviceKind::cpu, local), "auto: 2 ranks, all on this node, CPU tensors");
+  EXPECT_EQ(resolve_backend(Backend::automatic, DeviceKind::cpu, env_with("1")), Backend::gloo);
+  EXPECT_EQ(resolve_backend(Backend::shm, DeviceKind::cpu, env_with("1")), Backend::shm);  // asked for
+  EXPECT_THROW(resolve_backend(Backend::shm, DeviceKind::cuda, local), std::invalid_argument);
+  EXPECT_EQ(parse_backend("shm"), Backend::shm);
+  EXPECT_TRUE(backend_built(Backend::shm));
+}
+
 TEST(Env, MpirunVariables) {
   const LaunchEnv env = read_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"},
                                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));

@@ -10,7 +10,15 @@
 //                         --timeout-s naming op, seq, bytes and the missing rank
 //   --scenario mismatch   the last rank issues op #2 differently (--case count|zero|op|
 //                         dtype); every rank must report how the ranks disagree
+//   --scenario kill       rank 1 SIGKILLs itself right after issuing a long allreduce;
+//                         the others must fail within --timeout-s with an error naming
+//                         rank 1, and (shm) no /dev/shm entry of the job may remain
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -381,6 +389,48 @@ int test_mismatch(ProcessGroup& g, const std::string& which, bool detected) {
   return 0;
 }
 
+// Entries of /dev/shm whose name contains the job id (the shm backend's segment name
+// starts "tandem-<job id>-").
+std::vector<std::string> shm_entries_of_job() {
+  std::vector<std::string> found;
+  const char* job = std::getenv("TANDEM_JOB_ID");
+  if (!job || !*job) return found;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) {
+      if (std::strstr(e->d_name, job)) found.push_back(e->d_name);
+    }
+    closedir(dir);
+  }
+  return found;
+}
+
+// Rank 1 dies (SIGKILL, no clean-up) inside a long op; every other rank must fail with
+// an error naming rank 1 well before a generous timeout, and the group must then
+// refuse later ops.
+int test_kill(ProcessGroup& g) {
+  const int victim = 1;
+  const int64_t count = 64 << 20;  // 256 MiB of f32: many rounds
+  std::vector<float> data(count, 1.0f);
+  g.allreduce(cpu_buffer(data.data(), 1024))->wait();  // #1, everyone
+  const auto left = shm_entries_of_job();
+  std::printf("rank %d: %zu /dev/shm entries of the job after set-up\n", g.rank(), left.size());
+  std::fflush(stdout);
+  auto w = g.allreduce(cpu_buffer(data.data(), count));  // #2
+  if (g.rank() == victim) raise(SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    w->wait();
+    std::printf("rank %d: FAIL: allreduce #2 completed without rank %d\n", g.rank(), victim);
+    return 1;
+  } catch (const std::exception& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank %d: failed as expected (%s after %.1f s): %s\n", g.rank(),
+                s < g.timeout().count() / 2000.0 ? "well within the timeout" : "LATE", s, e.what());
+  }
+  std::fflush(stdout);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -412,6 +462,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (scenario == "skip") return test_skip(*group);
+    if (scenario == "kill") return test_kill(*group);
     if (scenario == "mismatch") return test_mismatch(*group, mismatch_case, detected);
     test_ops(*group);
     std::printf("rank %d: %s world %d: %d checks, %d failed\n", g_rank, group->backend_name().c_str(),

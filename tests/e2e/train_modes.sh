@@ -1,5 +1,5 @@
 # The three modes end to end: DataParallel(2) in one process, and DDP(2) under mpirun
-# (mpi) and spawn_local.sh (gloo). DP(2) and DDP(2) with batch b follow single with batch 2b (same test loss within 1e-4
+# (mpi), spawn_local.sh (gloo) and tandemrun (shm). DP(2) and DDP(2) with batch b follow single with batch 2b (same test loss within 1e-4
 # relative after 30 steps of real data), replicas end identical, --no-comm lets them
 # diverge, --grad-accum 2 equals the doubled batch, and --trace writes per-rank traces
 # with bucket all-reduce spans.
@@ -18,6 +18,8 @@ expect 0 "done:" -- "${MPI[@]}" "$T" "${COMMON[@]}" --mode ddp --batch-size 32 -
   --trace "$TMP/trace.json"
 expect 0 "done:" -- bash "$SPAWN" 2 -- "$T" "${COMMON[@]}" --mode ddp --backend gloo --batch-size 32 \
   --summary-json "$TMP/gloo.json"
+expect 0 "done:" -- "$BIN/tandemrun" --nproc-per-node 2 --master-port 0 -- "$T" "${COMMON[@]}" --mode ddp \
+  --backend shm --batch-size 32 --summary-json "$TMP/shm.json"
 expect 0 "done:" -- "${MPI[@]}" "$T" "${COMMON[@]}" --mode ddp --batch-size 16 --grad-accum 2 \
   --summary-json "$TMP/accum.json"
 expect 0 "done:" -- "${MPI[@]}" "$T" "${COMMON[@]}" --mode ddp --batch-size 32 --no-comm \
@@ -31,17 +33,17 @@ import json, sys
 d = sys.argv[1]
 def close(a, b, tol):
     return abs(a - b) <= tol * max(abs(b), 1e-12)
-s = {k: json.load(open(f"{d}/{k}.json")) for k in ("single", "dp", "ddp", "gloo", "accum", "nocomm", "bf16")}
+s = {k: json.load(open(f"{d}/{k}.json")) for k in ("single", "dp", "ddp", "gloo", "shm", "accum", "nocomm", "bf16")}
 assert s["dp"]["mode"] == "dp" and s["dp"]["replicas"] == 2 and s["dp"]["world_size"] == 1
 assert s["dp"]["global_batch"] == 64 and s["dp"]["buckets"] == []
 assert close(s["dp"]["test_loss"], s["single"]["test_loss"], 1e-4), (s["dp"]["test_loss"], s["single"]["test_loss"])
-for k in ("ddp", "gloo", "accum"):
+for k in ("ddp", "gloo", "shm", "accum"):
     assert s[k]["mode"] == "ddp" and s[k]["world_size"] == 2 and s[k]["replicas"] == 2, k
     assert s[k]["replicas_identical"] is True, k
     assert s[k]["global_batch"] == 64, (k, s[k]["global_batch"])
     assert close(s[k]["test_loss"], s["single"]["test_loss"], 1e-4), (k, s[k]["test_loss"], s["single"]["test_loss"])
     assert len(s[k]["buckets"]) >= 1 and all(b["bytes"] > 0 for b in s[k]["buckets"]), k
-assert s["ddp"]["backend"] == "mpi" and s["gloo"]["backend"] == "gloo"
+assert s["ddp"]["backend"] == "mpi" and s["gloo"]["backend"] == "gloo" and s["shm"]["backend"] == "shm"
 assert s["nocomm"]["replicas_identical"] is False, "--no-comm replicas should diverge"
 assert s["bf16"]["replicas_identical"] is True
 assert len(s["bf16"]["buckets"]) > len(s["ddp"]["buckets"]), "smaller cap, more buckets"

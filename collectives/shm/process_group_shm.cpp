@@ -1,0 +1,242 @@
+// ProcessGroupShm: each op is cut into rounds of the group's segment on the
+// communication thread (see process_group_shm.h and shm_segment.h).
+#include "collectives/shm/process_group_shm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "collectives/reduce_kernels.h"
+#include "collectives/shm/shm_segment.h"
+
+namespace tandem {
+
+const bool kShmBuilt = true;
+
+namespace {
+
+// Bytes per slot (each rank has two): big enough that large ops pipeline in few rounds,
+// small enough to stay in cache. TANDEM_SHM_SLOT_KB overrides it (tuning).
+size_t slot_bytes_from_env() {
+  size_t kb = 512;
+  if (const char* v = std::getenv("TANDEM_SHM_SLOT_KB"); v && *v) {
+    const long n = std::atol(v);
+    if (n >= 4 && n <= (1 << 20)) kb = static_cast<size_t>(n);
+  }
+  return kb * 1024;
+}
+
+// From this world size on, large all-reduces split the reduction (measured on 2 ranks:
+// see collectives/README.md).
+constexpr int kSplitMinRanks = 3;
+
+void start_op(ShmSegment& seg, std::chrono::milliseconds timeout) {
+  seg.set_deadline(std::chrono::steady_clock::now() + timeout);
+}
+
+// out = slot(0) op slot(1) op ... in rank order, `count` elements at byte `at` of each slot.
+void reduce_slots(ShmSegment& seg, DType d, ReduceOp op, void* out, size_t at, int64_t count) {
+  const int n = seg.size();
+  if (n == 1) {
+    std::memcpy(out, seg.slot(0) + at, static_cast<size_t>(count) * dtype_size(d));
+  } else {
+    reduce_elements(d, engine_op(op), out, seg.slot(0) + at, seg.slot(1) + at, count);
+    for (int r = 2; r < n; ++r) reduce_elements(d, engine_op(op), out, out, seg.slot(r) + at, count);
+  }
+  if (op == ReduceOp::avg) divide_elements(d, out, count, n);
+}
+
+void shm_allreduce(ShmSegment& seg, const Collective& c) {
+  const DType d = c.dtype();
+  const size_t esize = dtype_size(d);
+  const int64_t per_round = static_cast<int64_t>(seg.slot_bytes() / esize);
+  const auto* in = static_cast<const uint8_t*>(c.in.data);
+  auto* out = static_cast<uint8_t*>(c.out.data);
+  for (int64_t first = 0; first < c.out.count; first += per_round) {
+    const int64_t n = std::min(per_round, c.out.count - first);
+    const size_t off = static_cast<size_t>(first) * esize, len = static_cast<size_t>(n) * esize;
+    seg.round([&](uint8_t* mine) { std::memcpy(mine, in + off, len); },
+              [&] { reduce_slots(seg, d, c.reduce, out + off, 0, n); });
+  }
+}
+
+// The large all-reduce as reduce-scatter + all-gather through the segment, pipelined:
+// round j copies chunk j in and reduces this rank's 1/W share of it (all ranks' slots,
+// rank order) into its result area, and copies every rank's reduced share of chunk j-1
+// out; one more round copies the last chunk out. Each rank reduces 1/W of the bytes
+// instead of all of them, for one more copy of the result through the segment.
+void shm_allreduce_split(ShmSegment& seg, const Collective& c) {
+  const DType d = c.dtype();
+  const size_t esize = dtype_size(d);
+  const int w = seg.size();
+  const int64_t per_round = static_cast<int64_t>(seg.slot_bytes() / esize);
+  const int64_t chunks = (c.out.count + per_round - 1) / per_round;
+  const auto* in = static_cast<const uint8_t*>(c.in.data);
+  auto* out = static_cast<uint8_t*>(c.out.data);
+  const auto chunk_count = [&](int64_t j) { return std::min(per_round, c.out.count - j * per_round); };
+  // Rank q's share of an n-element chunk: [first, first + count).
+  const auto share = [&](int64_t n, int q, int64_t& first, int64_t& count) {
+    const int64_t each = (n + w - 1) / w;
+    first = std::min(n, q * each);
+    count = std::min(n, first + each) - first;
+  };
+  for (int64_t j = 0; j <= chunks; ++j) {
+    seg.round(
+        [&](uint8_t* mine) {
+          if (j < chunks) std::memcpy(mine, in + j * per_round * esize, static_cast<size_t>(chunk_count(j)) * esize);
+        },
+        [&] {
+          if (j > 0) {
+            uint8_t* base = out + (j - 1) * per_round * esize;
+            for (int q = 0; q < w; ++q) {
+              int64_t first, count;
+              share(chunk_count(j - 1), q, first, count);
+              std::memcpy(base + first * esize, seg.previous_result(q), static_cast<size_t>(count) * esize);
+            }
+          }
+          if (j < chunks) {
+            int64_t first, count;
+            share(chunk_count(j), seg.rank(), first, count);
+            reduce_slots(seg, d, c.reduce, seg.result(), static_cast<size_t>(first) * esize, count);
+          }
+        });
+  }
+}
+
+// The world size from which all-reduces that span several rounds split the reduction:
+// kSplitMinRanks, or TANDEM_SHM_ALLREDUCE=direct|split (tuning; every rank of a job must
+// see the same value, as they see the same environment).
+int split_min_ranks_from_env() {
+  if (const char* v = std::getenv("TANDEM_SHM_ALLREDUCE"); v && *v) {
+    if (std::string(v) == "split") return 1;
+    if (std::string(v) == "direct") return 1 << 30;
+  }
+  return kSplitMinRanks;
+}
+
+void shm_broadcast(ShmSegment& seg, const Collective& c) {
+  const bool root = seg.rank() == c.root;
+  const size_t total = c.out.bytes();
+  const auto* in = static_cast<const uint8_t*>(c.in.data);
+  auto* out = static_cast<uint8_t*>(c.out.data);
+  for (size_t off = 0; off < total; off += seg.slot_bytes()) {
+    const size_t len = std::min(seg.slot_bytes(), total - off);
+    seg.round([&](uint8_t* mine) { if (root) std::memcpy(mine, in + off, len); },
+              [&] { if (!(root && c.in_place)) std::memcpy(out + off, seg.slot(c.root), len); });
+  }
+}
+
+void shm_allgather(ShmSegment& seg, const Collective& c) {
+  const size_t each = c.in.bytes();
+  const auto* in = static_cast<const uint8_t*>(c.in.data);
+  auto* out = static_cast<uint8_t*>(c.out.data);
+  for (size_t off = 0; off < each; off += seg.slot_bytes()) {
+    const size_t len = std::min(seg.slot_bytes(), each - off);
+    seg.round([&](uint8_t* mine) { std::memcpy(mine, in + off, len); },
+              [&] {
+                for (int r = 0; r < seg.size(); ++r) {
+                  if (c.in_place && r == seg.rank()) continue;  // already in place
+                  std::memcpy(out + r * each + off, seg.slot(r), len);
+                }
+              });
+  }
+}
+
+void shm_reduce_scatter(ShmSegment& seg, const Collective& c) {
+  const DType d = c.dtype();
+  const size_t esize = dtype_size(d);
+  const int n_ranks = seg.size();
+  // Each round carries, per destination rank, a piece of `per_round` elements.
+  const int64_t per_round = std::max<int64_t>(1, static_cast<int64_t>(seg.slot_bytes() / esize / n_ranks));
+  const size_t slice = c.out.bytes();
+  const auto* in = static_cast<const uint8_t*>(c.in.data);
+  auto* out = static_cast<uint8_t*>(c.out.data);
+  for (int64_t first = 0; first < c.out.count; first += per_round) {
+    const int64_t n = std::min(per_round, c.out.count - first);
+    const size_t off = static_cast<size_t>(first) * esize, len = static_cast<size_t>(n) * esize;
+    seg.round(
+        [&](uint8_t* mine) {
+          for (int q = 0; q < n_ranks; ++q) std::memcpy(mine + q * len, in + q * slice + off, len);
+        },
+        // In place, out is this rank's slice of in: its piece at `off` was copied in above.
+        [&] { reduce_slots(seg, d, c.reduce, out + off, static_cast<size_t>(seg.rank()) * len, n); });
+  }
+}
+
+}  // namespace
+
+ProcessGroupShm::ProcessGroupShm(const BackendArgs& args)
+    : ThreadedProcessGroup(Setup{"shm", args.rank, args.size, args.timeout, args.store, args.server}),
+      split_min_ranks_(split_min_ranks_from_env()) {
+  if (!args.store) throw CollectiveError("the shm backend needs a store to share its segment's name");
+  ShmSegment::Options o;
+  o.rank = args.rank;
+  o.size = args.size;
+  o.job_id = args.job_id;
+  o.group_name = args.group_name;
+  o.slot_bytes = std::max(slot_bytes_from_env(), sizeof(OpFingerprint) * static_cast<size_t>(args.size));
+  o.timeout = args.timeout;
+  try {
+    segment_ = std::make_shared<ShmSegment>(o, *args.store);
+  } catch (const std::exception& e) {
+    throw CollectiveError("shm: rank " + std::to_string(args.rank) + " could not set up the shared segment of " +
+                          std::to_string(args.size) + " ranks: " + e.what());
+  }
+  if (args.check_ops) {
+    check_ops_with([seg = segment_, timeout = timeout()](const OpFingerprint& mine, OpFingerprint* all, uint64_t) {
+      start_op(*seg, timeout);
+      seg->round([&](uint8_t* slot) { std::memcpy(slot, &mine, sizeof mine); },
+                 [&] {
+                   for (int r = 0; r < seg->size(); ++r) std::memcpy(&all[r], seg->slot(r), sizeof(OpFingerprint));
+                 });
+    });
+  }
+}
+
+ProcessGroupShm::~ProcessGroupShm() { stop_comm_thread(); }
+
+std::shared_ptr<Work> ProcessGroupShm::run_allreduce(const Collective& c) {
+  return submit(c, [seg = segment_, c, timeout = timeout(), split_from = split_min_ranks_] {
+    start_op(*seg, timeout);
+    if (seg->size() >= split_from && c.out.bytes() > seg->slot_bytes()) {
+      shm_allreduce_split(*seg, c);
+    } else {
+      shm_allreduce(*seg, c);
+    }
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupShm::run_broadcast(const Collective& c) {
+  return submit(c, [seg = segment_, c, timeout = timeout()] {
+    start_op(*seg, timeout);
+    shm_broadcast(*seg, c);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupShm::run_allgather(const Collective& c) {
+  return submit(c, [seg = segment_, c, timeout = timeout()] {
+    start_op(*seg, timeout);
+    shm_allgather(*seg, c);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupShm::run_reduce_scatter(const Collective& c) {
+  return submit(c, [seg = segment_, c, timeout = timeout()] {
+    start_op(*seg, timeout);
+    shm_reduce_scatter(*seg, c);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupShm::run_barrier(const Collective& c) {
+  return submit(c, [seg = segment_, timeout = timeout()] {
+    start_op(*seg, timeout);
+    seg->round([](uint8_t*) {}, [] {});
+  });
+}
+
+std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args) {
+  return std::make_shared<ProcessGroupShm>(args);
+}
+
+}  // namespace tandem

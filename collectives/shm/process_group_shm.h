@@ -1,0 +1,49 @@
+// The shm backend: collectives through one POSIX shared-memory segment, for ranks on
+// one node with CPU tensors (collectives/shm/shm_segment.h has the segment and its
+// round protocol). Ops run on the communication thread like gloo's, with the same
+// Work semantics, op check and timeouts.
+//
+// Algorithms (each op is a sequence of rounds, at most one slot's bytes per rank each):
+//   allreduce       every rank copies its chunk into its slot; then every rank reduces
+//                   all slots in rank order into its own output (bit-identical results
+//                   everywhere; f16/bf16 through float, reduce_kernels.h). From 3 ranks,
+//                   ops of several rounds instead reduce-scatter + all-gather: each rank
+//                   reduces its 1/W share into its result area, which every rank copies
+//                   out in the next round (pipelined with the next chunk's copy-in)
+//   broadcast       the root copies its chunk in; every rank copies it out
+//   allgather       every rank copies its chunk in; every rank copies all of them out
+//   reduce_scatter  every rank copies, per destination, its chunk of that slice; each
+//                   rank reduces its own slice's pieces in rank order
+//   barrier         one empty round
+// Invariant: every rank runs the same rounds in the same order, so the k-th round is
+// the same step of the same op everywhere; the op check's exchange is a round too.
+#pragma once
+
+#include <memory>
+
+#include "collectives/backends.h"
+#include "collectives/threaded_process_group.h"
+
+namespace tandem {
+
+class ShmSegment;
+
+class ProcessGroupShm : public ThreadedProcessGroup {
+ public:
+  // Creates or attaches the group's segment through args.store (bounded by args.timeout).
+  explicit ProcessGroupShm(const BackendArgs& args);
+  ~ProcessGroupShm() override;
+
+ protected:
+  std::shared_ptr<Work> run_allreduce(const Collective& c) override;
+  std::shared_ptr<Work> run_broadcast(const Collective& c) override;
+  std::shared_ptr<Work> run_allgather(const Collective& c) override;
+  std::shared_ptr<Work> run_reduce_scatter(const Collective& c) override;
+  std::shared_ptr<Work> run_barrier(const Collective& c) override;
+
+ private:
+  std::shared_ptr<ShmSegment> segment_;
+  int split_min_ranks_;  // world size from which large all-reduces split the reduction
+};
+
+}  // namespace tandem
