@@ -15,6 +15,7 @@ struct BackendArgs {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
+  int node_rank = -1;  // NODE_RANK (tandemrun); -1: not given (the hier backend's node identity)
   Device device = Device::cpu();
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   std::shared_ptr<Store> store;         // group-prefixed; null under mpirun without MASTER_ADDR
@@ -31,6 +32,9 @@ std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args);
 std::shared_ptr<ProcessGroup> make_nccl_group(const BackendArgs& args);
 // Shared memory, ranks on one node (collectives/shm/); always built: it needs no library.
 std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args);
+// Hierarchical across nodes: shm within each node, gloo between one leader per node
+// (collectives/hier/); always built, it needs gloo only when the job spans nodes.
+std::shared_ptr<ProcessGroup> make_hier_group(const BackendArgs& args);
 
 // Whether each backend was compiled in (defined next to the factories).
 extern const bool kMpiBuilt;

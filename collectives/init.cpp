@@ -21,15 +21,16 @@ const char* backend_str(Backend backend) {
     case Backend::gloo: return "gloo";
     case Backend::nccl: return "nccl";
     case Backend::shm: return "shm";
+    case Backend::hier: return "hier";
   }
   return "?";
 }
 
 Backend parse_backend(std::string_view name) {
-  for (Backend b : {Backend::automatic, Backend::mpi, Backend::gloo, Backend::nccl, Backend::shm}) {
+  for (Backend b : {Backend::automatic, Backend::mpi, Backend::gloo, Backend::nccl, Backend::shm, Backend::hier}) {
     if (name == backend_str(b)) return b;
   }
-  throw std::invalid_argument("unknown backend '" + std::string(name) + "' (accepted: auto, mpi, gloo, nccl, shm)");
+  throw std::invalid_argument("unknown backend '" + std::string(name) + "' (accepted: auto, mpi, gloo, nccl, shm, hier)");
 }
 
 bool backend_built(Backend backend) {
@@ -39,6 +40,7 @@ bool backend_built(Backend backend) {
     case Backend::gloo: return kGlooBuilt;
     case Backend::nccl: return kNcclBuilt;
     case Backend::shm: return kShmBuilt;
+    case Backend::hier: return kShmBuilt;  // gloo is needed, and checked, once it spans nodes
   }
   return false;
 }
@@ -80,6 +82,9 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
     env.local_rank = local ? parse_int("LOCAL_RANK", *local, 0, kMaxWorld) : env.rank;
     if (auto local_world = lookup("LOCAL_WORLD_SIZE"); local_world && !local_world->empty()) {
       env.local_world_size = parse_int("LOCAL_WORLD_SIZE", *local_world, 1, kMaxWorld);
+    }
+    if (auto node = lookup("NODE_RANK"); node && !node->empty()) {
+      env.node_rank = parse_int("NODE_RANK", *node, 0, kMaxWorld);
     }
   } else if (env.under_mpirun) {
     env.world_size = parse_int("OMPI_COMM_WORLD_SIZE", require("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK is set"), 1, kMaxWorld);
@@ -227,6 +232,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, con
   args.rank = env.rank;
   args.size = env.world_size;
   args.local_rank = env.local_rank;
+  args.node_rank = env.node_rank;
   args.device = options.device == DeviceKind::cuda ? Device::cuda(env.local_rank) : Device::cpu();
   args.timeout = options.timeout;
   args.master_addr = env.master_addr;
@@ -259,6 +265,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, con
   }
   switch (backend) {
     case Backend::shm: return make_shm_group(args);
+    case Backend::hier: return make_hier_group(args);
     case Backend::mpi: return make_mpi_group(args);
     case Backend::gloo: return make_gloo_group(args);
     case Backend::nccl: return make_nccl_group(args);

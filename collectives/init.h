@@ -10,7 +10,7 @@
 // Rendezvous: every rank sets "arrived/<rank>" and waits for all the others; after
 // `rendezvous_timeout` the error lists the ranks whose keys are absent.
 //
-// The mpi, gloo and shm backends check before every op that all ranks issued the same one
+// The mpi, gloo, shm and hier backends check before every op that all ranks issued the same one
 // (collectives/op_check.h); InitOptions::check_ops = false or TANDEM_COLLECTIVE_CHECKS=0
 // turns that off (either one suffices).
 #pragma once
@@ -26,8 +26,8 @@
 
 namespace tandem {
 
-enum class Backend : uint8_t { automatic, mpi, gloo, nccl, shm };
-const char* backend_str(Backend backend);  // "auto", "mpi", "gloo", "nccl", "shm"
+enum class Backend : uint8_t { automatic, mpi, gloo, nccl, shm, hier };
+const char* backend_str(Backend backend);  // "auto", "mpi", "gloo", "nccl", "shm", "hier"
 // Throws std::invalid_argument listing the accepted names.
 Backend parse_backend(std::string_view name);
 // Whether this build includes the backend (CMake options TANDEM_WITH_*).
@@ -35,7 +35,8 @@ bool backend_built(Backend backend);
 
 struct InitOptions {
   // auto: nccl for CUDA; else mpi under mpirun; else shm when every rank is on this node
-  // (LOCAL_WORLD_SIZE == WORLD_SIZE, as tandemrun sets it); else gloo.
+  // (LOCAL_WORLD_SIZE == WORLD_SIZE, as tandemrun sets it); else gloo. hier (shm within
+  // each node, gloo between nodes) is only chosen when asked for.
   Backend backend = Backend::automatic;
   DeviceKind device = DeviceKind::cpu;   // cuda: the device index is LOCAL_RANK
   // Every collective wait, and each engine's own timeout.
@@ -56,6 +57,7 @@ struct LaunchEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = -1;  // LOCAL_WORLD_SIZE (tandemrun); -1: not given
+  int node_rank = -1;         // NODE_RANK (tandemrun); -1: not given
   bool under_mpirun = false;
   std::string master_addr;  // empty: no store address given
   int master_port = -1;

@@ -85,7 +85,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
  protected:
   struct Setup {
-    std::string backend;  // "mpi", "gloo", "nccl", "shm"
+    std::string backend;  // "mpi", "gloo", "nccl", "shm", "hier"
     int rank = 0;
     int size = 1;
     std::chrono::milliseconds timeout{std::chrono::minutes(10)};

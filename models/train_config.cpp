@@ -74,7 +74,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--device", c.device, "Device kind")->check(names({"cpu", "cuda"}));
   app.add_option("--threads", c.threads,
                  "BLAS threads (0: OPENBLAS_NUM_THREADS or OMP_NUM_THREADS if set, else all cores)");
-  app.add_option("--backend", c.backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl", "shm"}));
+  app.add_option("--backend", c.backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl", "shm", "hier"}));
   app.add_option("--collective-timeout-s", c.collective_timeout_s, "Seconds a collective, or the start-up rendezvous, may wait for the other ranks");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket cap in MB");
   app.add_flag("--no-overlap", c.no_overlap, "All-reduce buckets only after backward ends");
@@ -161,7 +161,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   require(c.mode == "dp" || c.devices == 1, "--devices needs --mode dp");
   require(c.backend != "nccl" || c.device == "cuda", "--backend nccl needs --device cuda");
   require(c.comm_hook == "none" || c.device != "cuda" || !host_staged_backend(c),
-          "--comm-hook " + c.comm_hook + " with --device cuda needs --backend nccl (mpi, gloo and shm stage GPU "
+          "--comm-hook " + c.comm_hook + " with --device cuda needs --backend nccl (mpi, gloo, shm and hier stage GPU "
           "buckets through host memory, uncompressed)");
   require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");
   require(c.resume != "auto" || !c.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");

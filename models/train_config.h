@@ -43,7 +43,7 @@ struct TrainConfig {
   int devices = 1;
   std::string device = "cpu";   // cpu | cuda
   int threads = 0;              // BLAS threads; 0: from OPENBLAS_NUM_THREADS/OMP_NUM_THREADS or all cores
-  std::string backend = "auto";  // auto | mpi | gloo | nccl | shm
+  std::string backend = "auto";  // auto | mpi | gloo | nccl | shm | hier
   double collective_timeout_s = 600;
   double bucket_cap_mb = 25;
   bool no_overlap = false;
@@ -78,10 +78,10 @@ inline bool text_data(const TrainConfig& c) { return c.data == "shakespeare" || 
 // Returns nullopt when --help was printed.
 std::optional<TrainConfig> parse_train_args(int argc, char** argv);
 
-// mpi, gloo and shm reduce host memory: with --device cuda, DDP stages its GPU buckets through
+// mpi, gloo, shm and hier reduce host memory: with --device cuda, DDP stages its GPU buckets through
 // pinned host memory (uncompressed), and several ranks may share one GPU.
 inline bool host_staged_backend(const TrainConfig& c) {
-  return c.backend == "mpi" || c.backend == "gloo" || c.backend == "shm";
+  return c.backend == "mpi" || c.backend == "gloo" || c.backend == "shm" || c.backend == "hier";
 }
 
 }  // namespace tandem

@@ -72,7 +72,7 @@ Device resolve_device(const TrainConfig& c) {
   int index = 0;
   if (c.mode == "ddp") {
     index = read_launch_env().local_rank;
-    // Host-staged backends (mpi, gloo, shm) let several ranks share a GPU: wrap around. NCCL
+    // Host-staged backends (mpi, gloo, shm, hier) let several ranks share a GPU: wrap around. NCCL
     // needs one GPU per rank, so a LOCAL_RANK past the visible count is an error below.
     if (host_staged_backend(c)) index %= visible;
   }

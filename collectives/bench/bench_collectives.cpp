@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   double timeout_s = 600;
   app.add_option("--op", op, "collective to time")
       ->check(CLI::IsMember({"allreduce", "broadcast", "allgather", "reduce-scatter"}));
-  app.add_option("--backend", backend, "engine")->check(CLI::IsMember({"auto", "mpi", "gloo", "nccl", "shm"}));
+  app.add_option("--backend", backend, "engine")->check(CLI::IsMember({"auto", "mpi", "gloo", "nccl", "shm", "hier"}));
   app.add_option("-b,--minbytes", min_text, "smallest size, e.g. 8, 1K, 64M");
   app.add_option("-e,--maxbytes", max_text, "largest size");
   app.add_option("-f,--stepfactor", factor, "size multiplier between rows")->check(CLI::Range(int64_t{2}, int64_t{1} << 20));

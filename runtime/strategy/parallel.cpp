@@ -52,9 +52,10 @@ int default_cpu_threads(int requested) {
 std::shared_ptr<ProcessGroup> init_group(const ParallelOptions& o) {
   InitOptions io;
   io.backend = o.backend;
-  // mpi, gloo and shm reduce host memory: the strategy stages GPU buckets through pinned
+  // mpi, gloo, shm and hier reduce host memory: the strategy stages GPU buckets through pinned
   // host memory, so their group is a host group even for CUDA replicas.
-  const bool host_backend = o.backend == Backend::mpi || o.backend == Backend::gloo || o.backend == Backend::shm;
+  const bool host_backend = o.backend == Backend::mpi || o.backend == Backend::gloo || o.backend == Backend::shm ||
+                            o.backend == Backend::hier;
   io.device = host_backend ? DeviceKind::cpu : o.device.kind;
   io.timeout = o.timeout;
   io.rendezvous_timeout = o.timeout;  // waiting for a peer to arrive is waiting for a peer

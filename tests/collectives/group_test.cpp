@@ -109,6 +109,11 @@ TEST(Env, AutoPicksShmOnOneNode) {
   EXPECT_THROW(resolve_backend(Backend::shm, DeviceKind::cuda, local), std::invalid_argument);
   EXPECT_EQ(parse_backend("shm"), Backend::shm);
   EXPECT_TRUE(backend_built(Backend::shm));
+  // hier is never what auto means; asked for, it stays on the host.
+  EXPECT_EQ(resolve_backend(Backend::hier, DeviceKind::cpu, env_with("1")), Backend::hier);
+  EXPECT_THROW(resolve_backend(Backend::hier, DeviceKind::cuda, local), std::invalid_argument);
+  EXPECT_EQ(parse_backend("hier"), Backend::hier);
+  EXPECT_STREQ(backend_str(Backend::hier), "hier");
 }
 
 TEST(Env, MpirunVariables) {

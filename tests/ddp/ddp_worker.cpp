@@ -458,8 +458,9 @@ void gpt(std::shared_ptr<ProcessGroup> pg) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: ddp_worker SCENARIO\n");
+  // --backend NAME: what init_process_group is asked for (default auto).
+  if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--backend")) {
+    std::fprintf(stderr, "usage: ddp_worker SCENARIO [--backend NAME]\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -476,6 +477,7 @@ int main(int argc, char** argv) {
   try {
     set_cpu_threads(1);
     InitOptions io;
+    if (argc == 4) io.backend = parse_backend(argv[3]);
     io.timeout = std::chrono::seconds(60);
     io.rendezvous_timeout = std::chrono::seconds(60);
     auto pg = init_process_group(io);
