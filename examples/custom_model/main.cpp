@@ -1,16 +1,14 @@
 // custom_model: a model with a layer of your own, trained by a loop of your own on Fashion-MNIST,
 // in any mode, against the installed package alone (find_package(Tandem), <tandem/tandem.h>).
 //   Flatten -> fc1 784xH -> ReLU -> block: y = x + W2 relu(W1 x + b1) + b2 -> fc2 Hx10
-// The block owns its parameters and calls the device's kernels itself; like every Tandem
-// module, its backward ADDS into Parameter::grad (runtime/module.h), which is what lets the
-// DDP reducer own the gradient storage. Rank 0 prints the result.
+// The block owns its parameters and calls the kernels itself; its backward ADDS into
+// Parameter::grad (runtime/module.h), so DDP can own the gradient storage.
 #include <tandem/tandem.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
+#include <cstdlib>
 #include <string>
 
 using namespace tandem;
@@ -54,7 +52,7 @@ class ResidualBlock final : public Module {
     k.sum_rows_acc(grad_ptr(*b2_), dy.f32(), rows, h_);
     Tensor dh = reuse_buffer(dh_cache_, x_.shape(), device_);
     k.gemm(dh.f32(), dy.f32(), w2_->value.f32(), rows, h_, h_, false, false, 1.f, 0.f);  // dh = dy W2
-    Tensor da = reuse_buffer(da_cache_, x_.shape(), device_);
+    Tensor da = reuse_buffer(da_cache_, x_.shape(), device_);  // dh where h > 0 (not in place)
     k.relu_backward(da.f32(), dh.f32(), hidden_.f32(), n);
     k.gemm(grad_ptr(*w1_), da.f32(), x_.f32(), h_, h_, rows, true, false, 1.f, 1.f);  // dW1 += da^T x
     k.sum_rows_acc(grad_ptr(*b1_), da.f32(), rows, h_);
@@ -86,36 +84,31 @@ std::unique_ptr<Model> build_model(const Dataset& data, int64_t hidden, uint64_t
 struct Args {
   Mode mode = Mode::single;
   std::string data_dir = kFashionMnistDefaultDir;
-  int64_t epochs = 2, max_steps = 0, batch_size = 64, hidden = 256, devices = 1;
-  float lr = 0.05f;
+  int64_t epochs = 2, max_steps = 0, batch_size = 64, hidden = 256, devices = 1;  // max_steps 0: every epoch's
+  double lr = 0.05;
 };
-constexpr const char* kUsage =
-    "usage: custom_model [--mode single|dp|ddp] [--epochs N] [--max-steps N] [--batch-size N (per replica)]\n"
-    "                    [--lr X] [--hidden N] [--devices N (dp)] [--data-dir DIR]\n";
-
-template <typename T>  // all of v, and >= min
-T number(const std::string& flag, const std::string& v, T min) {
-  T n{};
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || end != v.data() + v.size() || n < min)
-    throw std::invalid_argument(flag + " must be a number >= " + (std::ostringstream() << min).str() + ", got '" +
-                                v + "'");
-  return n;
-}
+constexpr const char* kUsage = "usage: custom_model [--mode single|dp|ddp] [--epochs N] [--max-steps N] "
+                               "[--batch-size N] [--lr X] [--hidden N] [--devices N] [--data-dir DIR]\n";
 
 Args parse_args(int argc, char** argv) {  // throws std::invalid_argument naming the flag
   Args a;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], v = i + 1 < argc ? argv[i + 1] : "";
     if (i + 1 >= argc) throw std::invalid_argument(flag + ": unknown flag, or its value is missing");
+    auto number = [&](double min) {  // all of v, a number >= min
+      char* end = nullptr;
+      const double n = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(n >= min)) throw std::invalid_argument(flag + " must be a number >= " +
+                                                                                  std::to_string(min) + ", got '" + v + "'");
+      return n;
+    };
     if (flag == "--mode") a.mode = parse_mode(v);
-    else if (flag == "--epochs") a.epochs = number<int64_t>(flag, v, 1);
-    else if (flag == "--max-steps") a.max_steps = number<int64_t>(flag, v, 0);  // 0: all the epochs' steps
-    else if (flag == "--batch-size") a.batch_size = number<int64_t>(flag, v, 1);
-    else if (flag == "--hidden") a.hidden = number<int64_t>(flag, v, 1);
-    else if (flag == "--devices") a.devices = number<int64_t>(flag, v, 1);
-    else if (flag == "--lr") a.lr = number<float>(flag, v, 0.f);
     else if (flag == "--data-dir") a.data_dir = v;
+    else if (flag == "--lr") a.lr = number(0);
+    else if (int64_t* n = flag == "--epochs" ? &a.epochs : flag == "--max-steps" ? &a.max_steps
+                        : flag == "--batch-size" ? &a.batch_size : flag == "--hidden" ? &a.hidden
+                        : flag == "--devices" ? &a.devices : nullptr)
+      *n = static_cast<int64_t>(number(flag == "--max-steps" ? 0 : 1));
     else throw std::invalid_argument("unknown flag " + flag);
   }
   if (a.devices > 1 && a.mode != Mode::dp) throw std::invalid_argument("--devices needs --mode dp");
@@ -126,16 +119,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return std::printf("%s", kUsage), 0;
   Args a;
-  try {
-    a = parse_args(argc, argv);
-  } catch (const std::exception& e) {
+  try { a = parse_args(argc, argv); } catch (const std::exception& e) {
     std::fprintf(stderr, "custom_model: %s\n%s", e.what(), kUsage);
     return 2;
   }
   try {
     ParallelOptions po;  // BLAS threads: this process's share of the cores (dp: 1 per replica)
     po.mode = a.mode, po.devices = static_cast<int>(a.devices);
-
     auto train = std::make_shared<const Dataset>(load_fashion_mnist(a.data_dir, true));
     auto test = std::make_shared<const Dataset>(load_fashion_mnist(a.data_dir, false));
     const OptimizerConfig sgd;  // SGD, momentum 0.9
@@ -144,10 +134,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<BatchSource> batches = training_batches(train, a.batch_size, *s, /*seed=*/0);
     const int64_t per_epoch = batches->steps_per_epoch();
     const int64_t total = a.max_steps > 0 ? std::min(a.epochs * per_epoch, a.max_steps) : a.epochs * per_epoch;
-    LrSchedule schedule(a.lr, total / 20, total);  // 5% linear warm-up, then cosine to 0
+    LrSchedule schedule(static_cast<float>(a.lr), total / 20, total);  // 5% linear warm-up, then cosine to 0
     if (lead) std::printf("mode %s, replicas %d, %lld steps of %lld samples per replica\n", s->mode(), s->replicas(),
                           (long long)total, (long long)a.batch_size);
-
     for (int64_t step = 0; step < total;) {
       batches->set_epoch(step / per_epoch);
       for (std::optional<Batch> batch; step < total && (batch = batches->next());) {
@@ -159,8 +148,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::unique_ptr<BatchSource> test_batches = evaluation_batches(test);
-    const EvalResult r = s->evaluate(*test_batches);  // ddp: on every rank
+    const EvalResult r = s->evaluate(*evaluation_batches(test));  // ddp: on every rank
     if (lead)
       std::printf("test_loss %.4f\ntest_accuracy %.4f\ncustom_model: mode %s, world %d, test_accuracy %.4f\n", r.loss,
                   r.accuracy, s->mode(), a.mode == Mode::ddp ? s->replicas() : 1, r.accuracy);
