@@ -2,6 +2,8 @@
 // communication thread (see process_group_shm.h and shm_segment.h).
 #include "collectives/shm/process_group_shm.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -183,6 +185,16 @@ ProcessGroupShm::ProcessGroupShm(const BackendArgs& args)
     throw CollectiveError("shm: rank " + std::to_string(args.rank) + " could not set up the shared segment of " +
                           std::to_string(args.size) + " ranks: " + e.what());
   }
+  // With the backend line of init_process_group, the log's first lines say which
+  // algorithm each op size takes, and why (the world size, or the tuning variable).
+  if (args.rank == 0)
+    spdlog::info("collectives: shm algorithms: an op of up to {} KiB takes one round (no closing barrier); "
+                 "larger all-reduces pipeline {} KiB chunks, {} ({})",
+                 o.slot_bytes / 1024, o.slot_bytes / 1024,
+                 args.size >= split_min_ranks_ ? "reduce-scatter + all-gather" : "every rank reducing every chunk",
+                 std::getenv("TANDEM_SHM_ALLREDUCE") ? "TANDEM_SHM_ALLREDUCE"
+                                                     : std::to_string(args.size) + " ranks, split from " +
+                                                           std::to_string(kSplitMinRanks));
   if (args.check_ops) {
     check_ops_with([seg = segment_, timeout = timeout()](const OpFingerprint& mine, OpFingerprint* all, uint64_t) {
       start_op(*seg, timeout);
