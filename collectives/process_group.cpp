@@ -2,7 +2,13 @@
 // progress publishing and the timeout/failure reports shared by every backend.
 #include "collectives/process_group.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <stdexcept>
+
+#include <spdlog/spdlog.h>
 
 namespace tandem {
 
@@ -13,7 +19,10 @@ ProcessGroup::ProcessGroup(Setup setup)
       timeout_(setup.timeout),
       store_(std::move(setup.store)),
       server_(std::move(setup.server)),
-      reports_(std::make_shared<FailureReports>(backend_, rank_, size_, store_)) {}
+      reports_(std::make_shared<FailureReports>(backend_, rank_, size_, setup.node, timeout_, store_)),
+      fault_(FaultPlan::from_env(rank_)) {
+  if (fault_ && fault_->kind == FaultPlan::Kind::hang_at_step) fault_.reset();  // the trainer's
+}
 
 ProcessGroup::~ProcessGroup() = default;
 
@@ -33,16 +42,46 @@ std::shared_ptr<Work> ProcessGroup::run_allgather(const Collective& c) { throw u
 std::shared_ptr<Work> ProcessGroup::run_reduce_scatter(const Collective& c) { throw unsupported(c); }
 std::shared_ptr<Work> ProcessGroup::run_barrier(const Collective& c) { throw unsupported(c); }
 
+FailureReports::FailureReports(std::string backend, int rank, int size, int node, std::chrono::milliseconds timeout,
+                               std::shared_ptr<Store> store)
+    : backend_(std::move(backend)),
+      rank_(rank),
+      size_(size),
+      recorder_(FlightIdentity{backend_, rank, size, node}),
+      health_(std::move(store), rank, size, health_options_for(timeout, node),
+              [this](Store* s) { on_heartbeat(s); }) {}
+
+void FailureReports::on_heartbeat(Store* store) {
+  if (!recorder_.dump_requested()) return;
+  recorder_.dump("SIGUSR1");
+  // Also into the store, where tandemrun's hang analysis reads every rank's dump.
+  if (store) {
+    try {
+      store->set("flight/" + std::to_string(rank_), recorder_.to_json("SIGUSR1"));
+    } catch (const std::exception&) {
+      // The store is unreachable: the file or stderr copy is what remains.
+    }
+  }
+}
+
+void FailureReports::dump_once(const std::string& reason) {
+  if (!dumped_.exchange(true)) recorder_.dump(reason);
+}
+
 std::string FailureReports::timeout(const Collective& c, std::chrono::milliseconds waited) {
-  return c.describe() + " did not complete within " + std::to_string(waited.count()) +
-         " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (" +
-         backend_ + "): " + ProgressTracker::describe(tracker_.laggards(c.seq), backend_);
+  std::string report = c.describe() + " did not complete within " + std::to_string(waited.count()) +
+                       " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (" +
+                       backend_ + "): " + health_.explain(c.seq, backend_);
+  dump_once("collective timeout: " + c.describe());
+  return report;
 }
 
 std::string FailureReports::failure(const Collective& c, const std::string& engine_error) {
-  return c.describe() + " failed on rank " + std::to_string(rank_) + " of " +
-         std::to_string(size_) + " (" + backend_ + "): " + engine_error + "; " +
-         ProgressTracker::describe(tracker_.laggards(c.seq), backend_);
+  std::string report = c.describe() + " failed on rank " + std::to_string(rank_) + " of " +
+                       std::to_string(size_) + " (" + backend_ + "): " + engine_error + "; " +
+                       health_.explain(c.seq, backend_);
+  dump_once("collective failed: " + c.describe());
+  return report;
 }
 
 void ProcessGroup::check_buffer(const Collective& c, const Buffer& b, const char* which) const {
@@ -53,6 +92,23 @@ void ProcessGroup::check_buffer(const Collective& c, const Buffer& b, const char
     throw std::invalid_argument(where + " is on " + b.device.str() + ", which the " + backend_ +
                                 " backend cannot use");
   }
+}
+
+void ProcessGroup::inject_fault(const Collective& c) {
+  using Kind = FaultPlan::Kind;
+  const bool inside = fault_->kind != Kind::stop_before;
+  if (inside) {
+    // Inside: the rank has entered the op (published, as its peers will see it) but its
+    // data never moves, whatever the op's size: stopping after handing it to the engine
+    // would let a small op finish first.
+    reports_->health().entered(c.seq);
+    reports_->health().flush(std::chrono::seconds(10));
+  }
+  const bool kill = fault_->kind == Kind::kill_inside;
+  spdlog::warn("fault injection ({}): rank {} (pid {}) {} {} {}", fault_->describe(), rank_, getpid(),
+               kill ? "kills itself" : "stops itself", inside ? "inside" : "before", c.describe());
+  std::fflush(nullptr);
+  raise(kill ? SIGKILL : SIGSTOP);
 }
 
 std::shared_ptr<Work> ProcessGroup::issue(Collective c) {
@@ -73,6 +129,9 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective c) {
   }
   std::lock_guard<std::mutex> lock(issue_mutex_);
   c.seq = last_seq_ + 1;
+  if (fault_ && static_cast<int64_t>(c.seq) == fault_->at) inject_fault(c);
+  // Recorded before the backend sees it: a backend may start (and finish) it at once.
+  reports_->recorder().enqueued(c);
   std::shared_ptr<Work> work;
   switch (c.op) {
     case OpType::allreduce: work = run_allreduce(c); break;
@@ -82,7 +141,7 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective c) {
     case OpType::barrier: work = run_barrier(c); break;
   }
   last_seq_ = c.seq;  // only once the backend accepted it: unsupported ops consume no seq
-  reports_->tracker().entered(c.seq);
+  reports_->health().entered(c.seq);
   return work;
 }
 

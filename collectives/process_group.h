@@ -15,38 +15,52 @@
 // sequence number is consumed. Bad arguments throw std::invalid_argument.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
-#include "collectives/progress.h"
+#include "collectives/fault_injection.h"
+#include "collectives/flight_recorder.h"
+#include "collectives/health.h"
 #include "collectives/store.h"
 #include "collectives/types.h"
 #include "collectives/work.h"
 
 namespace tandem {
 
-// The timeout and failure messages of one group: op, seq, bytes, this rank, and who has
-// not reached the op (from the progress every rank publishes). Work handles and queued
-// engine tasks hold this, never the group itself: a group whose last owner let go while
-// one of its own threads (a comm thread, the nccl watchdog) held it would be destroyed
-// on that thread and have to join it from itself.
+// The timeout and failure messages of one group: op, seq, bytes, this rank, and every
+// rank's state from its heartbeat (collectives/health.h), plus the group's flight
+// recorder (collectives/flight_recorder.h), dumped on the first timeout or failure.
+// Work handles and queued engine tasks hold this, never the group itself: a group whose
+// last owner let go while one of its own threads (a comm thread, the nccl watchdog) held
+// it would be destroyed on that thread and have to join it from itself.
 class FailureReports {
  public:
-  FailureReports(std::string backend, int rank, int size, std::shared_ptr<Store> store)
-      : backend_(std::move(backend)), rank_(rank), size_(size), tracker_(std::move(store), rank, size) {}
+  FailureReports(std::string backend, int rank, int size, int node, std::chrono::milliseconds timeout,
+                 std::shared_ptr<Store> store);
 
   std::string timeout(const Collective& c, std::chrono::milliseconds waited);
-  // An op the engine failed: its error plus who has not reached it.
+  // An op the engine failed: its error plus every rank's state.
   std::string failure(const Collective& c, const std::string& engine_error);
-  ProgressTracker& tracker() { return tracker_; }
+  RankHealth& health() { return health_; }
+  FlightRecorder& recorder() { return recorder_; }
+  // Dumps the flight recorder once per group for errors (later calls do nothing);
+  // requested dumps (SIGUSR1) always write.
+  void dump_once(const std::string& reason);
 
  private:
+  void on_heartbeat(Store* store);
+
   const std::string backend_;
   const int rank_;
   const int size_;
-  ProgressTracker tracker_;
+  FlightRecorder recorder_;  // before health_: its heartbeat thread uses the recorder
+  std::atomic<bool> dumped_{false};
+  RankHealth health_;
 };
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
@@ -64,6 +78,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   uint64_t last_seq() const;
   // The store this group rendezvoused through (null when it has none).
   const std::shared_ptr<Store>& store() const { return store_; }
+  // This rank's heartbeat (the training loop reports steps through it) and flight
+  // recorder (dump it on a fatal error outside the collectives).
+  RankHealth& health() { return reports_->health(); }
+  void dump_flight_recorder(const std::string& reason) { reports_->dump_once(reason); }
 
   std::shared_ptr<Work> allreduce(Buffer inout, ReduceOp op = ReduceOp::sum);
   std::shared_ptr<Work> allreduce(Buffer in, Buffer out, ReduceOp op = ReduceOp::sum);
@@ -91,6 +109,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     std::chrono::milliseconds timeout{std::chrono::minutes(10)};
     std::shared_ptr<Store> store;          // group-prefixed; may be null
     std::shared_ptr<StoreServer> server;   // kept alive when this rank hosts the store
+    int node = -1;                         // NODE_RANK, for health reports
   };
   explicit ProcessGroup(Setup setup);
 
@@ -111,6 +130,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
  private:
   std::shared_ptr<Work> issue(Collective c);
+  void inject_fault(const Collective& c);
   void check_buffer(const Collective& c, const Buffer& b, const char* which) const;
 
   std::string backend_;
@@ -120,8 +140,26 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<Store> store_;
   std::shared_ptr<StoreServer> server_;
   std::shared_ptr<FailureReports> reports_;
+  std::optional<FaultPlan> fault_;  // TANDEM_FAULT for this rank (fault_injection.h)
   mutable std::mutex issue_mutex_;
   uint64_t last_seq_ = 0;
+};
+
+// Dumps the group's flight recorder when the scope it guards is left by an exception
+// (a fatal error outside the collectives, e.g. in the training loop). Null: does nothing.
+class DumpOnFatalError {
+ public:
+  explicit DumpOnFatalError(std::shared_ptr<ProcessGroup> group)
+      : group_(std::move(group)), exceptions_(std::uncaught_exceptions()) {}
+  ~DumpOnFatalError() {
+    if (group_ && std::uncaught_exceptions() > exceptions_) group_->dump_flight_recorder("fatal error");
+  }
+  DumpOnFatalError(const DumpOnFatalError&) = delete;
+  DumpOnFatalError& operator=(const DumpOnFatalError&) = delete;
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+  int exceptions_;
 };
 
 }  // namespace tandem

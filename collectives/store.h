@@ -47,6 +47,13 @@ class StoreTimeout : public StoreError {
   std::vector<std::string> missing_keys;
 };
 
+// A key's value and how long ago it was last written, by the server's clock (so
+// readers on other machines need no synchronised clocks).
+struct AgedValue {
+  std::string value;
+  std::chrono::milliseconds age{0};
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -69,6 +76,9 @@ class Store {
   // Whether every key exists now.
   virtual bool check(const std::vector<std::string>& keys) = 0;
   virtual int64_t num_keys() = 0;
+  // Each key's value and age in one round trip; nullopt for an absent key. For
+  // heartbeats: a value whose age keeps growing was not rewritten.
+  virtual std::vector<std::optional<AgedValue>> read_aged(const std::vector<std::string>& keys) = 0;
 
   // A new, independent connection to the same store (one per thread that blocks),
   // whose connection attempts and non-waiting calls give up after `timeout`.
@@ -107,6 +117,7 @@ class TcpStore : public Store {
   bool delete_key(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
   int64_t num_keys() override;
+  std::vector<std::optional<AgedValue>> read_aged(const std::vector<std::string>& keys) override;
   std::shared_ptr<Store> clone(std::chrono::milliseconds timeout) const override;
   std::string describe() const override;
 
@@ -138,6 +149,9 @@ class PrefixStore : public Store {
   bool delete_key(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
   int64_t num_keys() override { return base_->num_keys(); }
+  std::vector<std::optional<AgedValue>> read_aged(const std::vector<std::string>& keys) override {
+    return base_->read_aged(prefixed(keys));
+  }
   std::shared_ptr<Store> clone(std::chrono::milliseconds timeout) const override;
   std::string describe() const override { return base_->describe(); }
 

@@ -184,7 +184,8 @@ TcpStore::Reply TcpStore::call(const std::string& request, milliseconds deadline
                                const char* what) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (fd_ < 0) throw StoreError(describe() + ": " + what + ": the connection was closed by an earlier failure");
-  const auto deadline = Clock::now() + deadline_after;
+  // Capped (about 35 years) so that adding it to the clock cannot overflow.
+  const auto deadline = Clock::now() + std::min(deadline_after, milliseconds(int64_t{1} << 40));
   std::string error = send_all(fd_, request, deadline);
   char header[4];
   if (error.empty()) error = recv_all(fd_, header, 4, deadline);
@@ -301,6 +302,26 @@ int64_t TcpStore::num_keys() {
 }
 
 // ---- PrefixStore ----
+
+std::vector<std::optional<AgedValue>> TcpStore::read_aged(const std::vector<std::string>& keys) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Command::read_aged)).u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+  Reply r = call(w.frame(), options_.op_timeout, "read_aged");
+  Reader in(r.body);
+  const uint32_t n = in.u32();
+  if (!in.ok() || n != keys.size()) throw StoreError(describe() + ": read_aged: malformed reply");
+  std::vector<std::optional<AgedValue>> out(n);
+  for (auto& v : out) {
+    if (in.u8() == 0) continue;
+    AgedValue a;
+    a.value = in.str(StoreLimits::kMaxValueBytes);
+    a.age = milliseconds(in.i64());
+    v = std::move(a);
+  }
+  if (!in.ok()) throw StoreError(describe() + ": read_aged: malformed reply");
+  return out;
+}
 
 std::vector<std::string> PrefixStore::prefixed(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;

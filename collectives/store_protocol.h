@@ -18,7 +18,7 @@
 namespace tandem::store_wire {
 
 constexpr uint32_t kMagic = 0x54444d53;  // "TDMS"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: read_aged
 
 enum class Command : uint8_t {
   set = 1,
@@ -29,6 +29,7 @@ enum class Command : uint8_t {
   delete_key = 6,   // str key
   check = 7,        // u32 n, n x str key
   num_keys = 8,
+  read_aged = 9,    // u32 n, n x str key -> u32 n, n x (u8 present [, str value, i64 age_ms])
 };
 
 enum class Status : uint8_t {

@@ -38,6 +38,9 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxReadPerRound = 4 * 1024 * 1024;  // fairness between clients
 constexpr size_t kMaxPendingOutput = 2 * StoreLimits::kMaxFrameBytes;
 constexpr uint32_t kMaxKeysPerRequest = 1 << 20;
+// A longer wait is capped here (about 35 years), so adding it to the clock cannot
+// overflow whatever a client sends.
+constexpr int64_t kMaxWaitMs = int64_t{1} << 40;
 
 struct Client {
   uint64_t id = 0;
@@ -79,6 +82,7 @@ struct StoreServer::Impl {
 
   // Owned by the server thread only.
   std::unordered_map<std::string, std::string> kv;
+  std::unordered_map<std::string, Clock::time_point> written;  // when each key of kv last changed
   std::map<uint64_t, Client> clients;
   uint64_t next_client = 1;
   std::vector<Waiter> waiters;
@@ -257,8 +261,14 @@ void StoreServer::Impl::read_client(uint64_t id, Client& c) {
       continue;
     }
     if (n == 0) {
-      c.dead = true;  // orderly close by the client
-      close(c.fd);
+      // Orderly close by the client. Requests that arrived with the close still count
+      // (a client may send a set and close at once); their replies go out if the client
+      // only half-closed. A wait it leaves parked is given up with it.
+      if (!c.blocked) process(id);
+      if (!c.dead) {
+        c.dead = true;
+        close(c.fd);
+      }
       std::erase_if(waiters, [id](const Waiter& w) { return w.client == id; });
       return;
     }
@@ -382,6 +392,7 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
       std::string key = r.str(StoreLimits::kMaxKeyBytes);
       std::string value = r.str(StoreLimits::kMaxValueBytes);
       if (!r.ok() || !r.done()) return false;
+      written[key] = Clock::now();
       kv[std::move(key)] = std::move(value);
       w.u8(ok);
       reply(c, w);
@@ -410,7 +421,7 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
       } else {
         c.blocked = true;
         waiters.push_back({id, command == Command::get, std::move(keys),
-                           Clock::now() + std::chrono::milliseconds(timeout_ms)});
+                           Clock::now() + std::chrono::milliseconds(std::min(timeout_ms, kMaxWaitMs))});
       }
       return true;
     }
@@ -430,6 +441,7 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
       }
       value += delta;
       kv[key] = std::to_string(value);
+      written[key] = Clock::now();
       w.u8(ok).i64(value);
       reply(c, w);
       on_key_changed();
@@ -442,7 +454,10 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
       if (!r.ok() || !r.done()) return false;
       auto found = kv.find(key);
       const bool swap = found == kv.end() ? expected.empty() : found->second == expected;
-      if (swap) kv[key] = desired;
+      if (swap) {
+        kv[key] = desired;
+        written[key] = Clock::now();
+      }
       auto now = kv.find(key);
       w.u8(ok).str(now == kv.end() ? std::string() : now->second);
       reply(c, w);
@@ -452,6 +467,7 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
     case Command::delete_key: {
       std::string key = r.str(StoreLimits::kMaxKeyBytes);
       if (!r.ok() || !r.done()) return false;
+      written.erase(key);
       w.u8(ok).u8(kv.erase(key) ? 1 : 0);
       reply(c, w);
       return true;
@@ -460,6 +476,23 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
       std::vector<std::string> keys = read_keys();
       if (!r.ok() || !r.done()) return false;
       w.u8(ok).u8(missing(keys).empty() ? 1 : 0);
+      reply(c, w);
+      return true;
+    }
+    case Command::read_aged: {
+      std::vector<std::string> keys = read_keys();
+      if (!r.ok() || !r.done()) return false;
+      const auto now = Clock::now();
+      w.u8(ok).u32(static_cast<uint32_t>(keys.size()));
+      for (const auto& k : keys) {
+        auto found = kv.find(k);
+        if (found == kv.end()) {
+          w.u8(0);
+          continue;
+        }
+        const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - written[k]);
+        w.u8(1).str(found->second).i64(age.count());
+      }
       reply(c, w);
       return true;
     }

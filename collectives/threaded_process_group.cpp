@@ -36,11 +36,16 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
     };
   }
   comm_.submit(work, [reports = reports(), c, call = std::move(engine_call)] {
+    reports->recorder().started(c.seq);
     try {
       call();
+      reports->recorder().ended(c.seq, true);
+      reports->health().completed(c.seq);
     } catch (const CollectiveError&) {
+      reports->recorder().ended(c.seq, false);
       throw;
     } catch (const std::exception& e) {
+      reports->recorder().ended(c.seq, false);
       const std::string what = e.what();
       const std::string report = reports->failure(c, what);
       // Engines report their own timeouts as plain errors; keep the distinction.

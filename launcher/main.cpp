@@ -84,7 +84,8 @@ int run(const LaunchOptions& o, LauncherSignals& signals, Console& console) {
         return 0;
       }
       const Failure& f = *end.first_failure;
-      const bool last = end.kind == AttemptEnd::Kind::stopped || end.store_lost || attempt >= o.max_restarts;
+      const bool last = end.kind == AttemptEnd::Kind::stopped || attempt >= o.max_restarts ||
+                        (end.store_lost && o.node_rank == 0);
       print_block((o.max_restarts > 0 ? "attempt " + std::to_string(attempt) + " failed: " : "job failed: ") +
                   report(f));
       if (last) {
@@ -93,6 +94,13 @@ int run(const LaunchOptions& o, LauncherSignals& signals, Console& console) {
         }
         if (!end.store_lost) close_job(o, *store, attempt);
         return end.interrupted_by ? 128 + end.interrupted_by : 1;
+      }
+      if (end.store_lost) {
+        // Cut off from node 0 (a link or the store's node went down): wait for it to come
+        // back, up to --rdzv-timeout-s, and join the restart there.
+        spdlog::warn("reconnecting to the store at {} to join attempt {} (up to {:.0f} s)", store->where(), attempt + 1,
+                     o.rdzv_timeout.count() / 1000.0);
+        store->reconnect();
       }
       spdlog::warn("restarting the whole job: attempt {} of at most {} (TANDEM_RESTART_COUNT={})", attempt + 1,
                    o.max_restarts + 1, attempt + 1);

@@ -133,6 +133,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   std::string rank_filter;
   double grace_s = 5;
   double rdzv_timeout_s = 300;
+  double hang_timeout_s = 0;
 
   CLI::App app{
       "tandemrun: starts one process per device on every node, hosts the rendezvous store,\n"
@@ -157,6 +158,10 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   app.add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
   app.add_option("--rdzv-timeout-s", rdzv_timeout_s, "Seconds to wait for every node to join")
+      ->capture_default_str();
+  app.add_option("--hang-timeout-s", hang_timeout_s,
+                 "End (or restart) the job when no rank completed a training step for S seconds; every rank "
+                 "dumps its flight recorder first and one analysis is printed (0: off)")
       ->capture_default_str();
   app.add_option("--job-id", o.job_id,
                  "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");
@@ -204,6 +209,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   if (o.max_restarts < 0) throw UsageError("--max-restarts: must be >= 0");
   o.grace = seconds_flag("--grace-s", grace_s, true);
   o.rdzv_timeout = seconds_flag("--rdzv-timeout-s", rdzv_timeout_s, false);
+  o.hang_timeout = seconds_flag("--hang-timeout-s", hang_timeout_s, true);
   if (!rank_filter.empty() || app.count("--rank-filter")) {
     o.rank_filter = parse_rank_list(rank_filter, o.world_size());
   }

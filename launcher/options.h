@@ -30,6 +30,9 @@ struct LaunchOptions {
   std::optional<std::set<int>> rank_filter;  // absent: every rank reaches the console
   std::chrono::milliseconds grace{std::chrono::seconds(5)};
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(300)};
+  // --hang-timeout-s: end the attempt when no rank completed a training step for this
+  // long (0: off). Workers report steps through their heartbeat (collectives/health.h).
+  std::chrono::milliseconds hang_timeout{0};
   // The store refuses clients of another job id, so every node must compute the same
   // one: by default it is derived from flags all nodes share (see parse_options).
   std::string job_id;

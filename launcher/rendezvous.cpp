@@ -18,7 +18,9 @@ namespace {
 
 // Waits are cut into slices this long so a termination signal is noticed promptly.
 constexpr milliseconds kSlice{1000};
-constexpr milliseconds kOpTimeout{std::chrono::seconds(30)};
+// A store that does not answer a plain call within this is treated as lost (bounds how
+// long a node cut off from node 0 takes to notice).
+constexpr milliseconds kOpTimeout{std::chrono::seconds(10)};
 
 milliseconds left(Clock::time_point deadline) {
   return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
@@ -90,7 +92,8 @@ void JobStore::connect() {
   for (;;) {
     to.connect_timeout = std::max(milliseconds(100), std::min(kSlice, left(deadline)));
     try {
-      store_ = std::make_shared<PrefixStore>("tandemrun/", std::make_shared<TcpStore>(to));
+      base_ = std::make_shared<TcpStore>(to);
+      store_ = std::make_shared<PrefixStore>("tandemrun/", base_);
       return;
     } catch (const StoreError& e) {
       if (!is_connect_failure(e)) {

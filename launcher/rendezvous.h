@@ -48,6 +48,9 @@ class JobStore {
   ~JobStore();
 
   int port() const { return port_; }
+  // After the store was lost (a network fault): connects again, retrying until
+  // --rdzv-timeout-s, so this node can join the next attempt. Throws RendezvousError.
+  void reconnect() { connect(); }
   std::string where() const;  // "10.0.0.1:29500"
 
   // Checks that the nodes agree on the flags and that no other tandemrun holds this
@@ -73,7 +76,9 @@ class JobStore {
   std::string outcome_key(int attempt) const { return key(attempt, "outcome"); }
   // A new connection, for a thread that blocks on the store. The store is up (we are
   // connected), so a short connect timeout only guards against a node 0 just gone.
-  std::shared_ptr<Store> connection() const { return store_->clone(std::chrono::seconds(30)); }
+  std::shared_ptr<Store> connection() const { return store_->clone(std::chrono::seconds(10)); }
+  // The same, without the "tandemrun/" prefix: for the workers' keys (health, flight/).
+  std::shared_ptr<Store> workers_connection() const { return base_->clone(std::chrono::seconds(10)); }
 
  private:
   std::string key(int attempt, const std::string& name) const;
@@ -83,6 +88,7 @@ class JobStore {
   const LaunchOptions& options_;
   std::function<int()> poll_signal_;
   std::unique_ptr<StoreServer> server_;  // node 0 only
+  std::shared_ptr<Store> base_;         // unprefixed: the workers' keys
   std::shared_ptr<Store> store_;        // prefixed "tandemrun/"
   int port_ = 0;
 };

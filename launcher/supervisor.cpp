@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <vector>
 
+#include "launcher/health_watch.h"
 #include "launcher/outcome_watcher.h"
 #include "launcher/output_mux.h"
 #include "launcher/worker_env.h"
@@ -61,6 +62,7 @@ class Attempt {
   void on_worker_exit(LocalWorker& w, int status);
   void on_termination_signal(int sig);
   void on_outcome(const OutcomeWatcher::Result& r);
+  void on_health(const HealthWatch::Events& e);
   void publish(const Failure& f, const std::string& outcome);
   void begin_stop(int sig);
   void kill_remaining();
@@ -78,6 +80,7 @@ class Attempt {
 
   std::unique_ptr<OutputMux> mux_;
   std::unique_ptr<OutcomeWatcher> watcher_;
+  std::unique_ptr<HealthWatch> health_;
   std::vector<LocalWorker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
@@ -256,6 +259,24 @@ void Attempt::on_outcome(const OutcomeWatcher::Result& r) {
   if (r.outcome != "ok" && !stopping_) begin_stop(SIGTERM);
 }
 
+void Attempt::on_health(const HealthWatch::Events& e) {
+  if (e.dump_now) {
+    for (const auto& w : workers_) {
+      if (w.alive) kill(w.pid, SIGUSR1);  // the worker only, not its group
+    }
+  }
+  if (e.hang && !stopping_) {
+    Failure f;
+    f.attempt = attempt_;
+    f.node = o_.node_rank;
+    f.host = host_;
+    f.reason = *e.hang;
+    local_failure_ = f;
+    publish(f, "failed");
+    begin_stop(SIGTERM);
+  }
+}
+
 void Attempt::drain_after_exit() {
   const auto deadline = Clock::now() + kDrainLimit;
   for (;;) {
@@ -287,6 +308,17 @@ AttemptEnd Attempt::run() {
     store_error_ = e.what();
     return result();
   }
+  try {
+    HealthWatch::Options ho;
+    ho.node = o_.node_rank;
+    ho.world_size = o_.world_size();
+    ho.attempt = attempt_;
+    ho.hang_timeout = o_.hang_timeout;
+    health_ = std::make_unique<HealthWatch>(store_.workers_connection(), ho);
+  } catch (const std::exception& e) {
+    store_error_ = e.what();
+    return result();
+  }
   spawn_all();
 
   for (;;) {
@@ -305,6 +337,7 @@ AttemptEnd Attempt::run() {
     std::vector<pollfd> fds;
     fds.push_back({signals_.fd(), POLLIN, 0});
     fds.push_back({watcher_->fd(), POLLIN, 0});
+    fds.push_back({health_->fd(), POLLIN, 0});
     for (int fd : mux_->open_fds()) fds.push_back({fd, POLLIN, 0});
     milliseconds timeout = kIdleWake;
     if (stopping_ && !killed_) {
@@ -323,7 +356,12 @@ AttemptEnd Attempt::run() {
       [[maybe_unused]] ssize_t r = read(watcher_->fd(), &n, sizeof(n));
       if (auto res = watcher_->result()) on_outcome(*res);
     }
-    for (size_t i = 2; i < fds.size(); ++i) {
+    if (fds[2].revents) {
+      uint64_t n;
+      [[maybe_unused]] ssize_t r = read(health_->fd(), &n, sizeof(n));
+      on_health(health_->take());
+    }
+    for (size_t i = 3; i < fds.size(); ++i) {
       if (fds[i].revents) mux_->on_readable(fds[i].fd);
     }
     if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
@@ -345,6 +383,9 @@ AttemptEnd Attempt::run() {
 AttemptEnd Attempt::result() {
   AttemptEnd end;
   end.interrupted_by = interrupted_by_;
+  if (!store_error_.empty()) {
+    spdlog::error("node {} lost the job's store at {} ({})", o_.node_rank, store_.where(), store_error_);
+  }
   end.store_lost = !store_error_.empty() && !outcome_;
   if (outcome_ == "ok" && !end.store_lost) {
     end.kind = AttemptEnd::Kind::ok;

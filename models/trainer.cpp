@@ -25,6 +25,7 @@
 #include "runtime/allocator.h"
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
+#include "collectives/fault_injection.h"
 #include "collectives/init.h"
 #include "runtime/strategy/parallel.h"
 #include "runtime/trace.h"
@@ -165,12 +166,17 @@ void run_training(const TrainConfig& c) {
   po.comm_hook = parse_comm_hook(c.comm_hook);
   po.cpu_threads = threads;
   int tracer_rank = 0;
+  std::optional<FaultPlan> hang;  // TANDEM_FAULT=hang-at-step:S (collectives/fault_injection.h)
   if (po.mode == Mode::ddp) {
     po.group = init_group(po);  // first: the tracer and the log level depend on the rank
     tracer_rank = po.group->rank();
+    hang = FaultPlan::from_env(tracer_rank);
+    if (hang && hang->kind != FaultPlan::Kind::hang_at_step) hang.reset();  // the group's to inject
     if (tracer_rank != 0 && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
   }
   std::unique_ptr<Tracer> tracer = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(tracer_rank);
+  // A fatal error from here on dumps the flight recorder (docs/failures.md).
+  DumpOnFatalError dump_on_error(po.group);
   std::unique_ptr<Strategy> strategy = parallelize([&] { return build_model(mc, c.seed); }, oc, po, tracer.get());
   const int replicas = strategy->replicas();
 
@@ -311,6 +317,12 @@ void run_training(const TrainConfig& c) {
       }
       ++step;
       ++epoch_steps;
+      if (po.group) po.group->health().step_done(step);  // tandemrun --hang-timeout-s watches it
+      if (hang && step == hang->at) {
+        spdlog::warn("fault injection ({}): rank {} (pid {}) stops stepping after step {} without exiting",
+                     hang->describe(), tracer_rank, getpid(), step);
+        for (;;) pause();  // a termination signal ends it
+      }
       epoch_loss_sum += loss;
       epoch_ms += ms;
       const double sps = static_cast<double>(epoch_steps * global_batch) / (epoch_ms / 1000.0);

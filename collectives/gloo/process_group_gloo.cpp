@@ -120,7 +120,7 @@ void gloo_reduce_scatter(const std::shared_ptr<gloo::Context>& context, const vo
 }
 
 ProcessGroupGloo::ProcessGroupGloo(const BackendArgs& args)
-    : ThreadedProcessGroup(Setup{"gloo", args.rank, args.size, args.timeout, args.store, args.server}) {
+    : ThreadedProcessGroup(Setup{"gloo", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}) {
   if (!args.store) throw CollectiveError("the gloo backend needs a store to connect its ranks");
   try {
     auto device = make_device(args.master_addr);

@@ -134,7 +134,7 @@ std::vector<std::vector<int>> find_nodes(Store& store, const BackendArgs& args) 
 }  // namespace
 
 ProcessGroupHier::ProcessGroupHier(const BackendArgs& args)
-    : ThreadedProcessGroup(Setup{"hier", args.rank, args.size, args.timeout, args.store, args.server}),
+    : ThreadedProcessGroup(Setup{"hier", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}),
       state_(std::make_shared<HierState>()) {
   if (!args.store) throw CollectiveError("the hier backend needs a store to find its nodes");
   HierState& s = *state_;

@@ -81,7 +81,7 @@ std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args_in) {
 }
 
 ProcessGroupMPI::ProcessGroupMPI(const BackendArgs& args)
-    : ThreadedProcessGroup(Setup{"mpi", args.rank, args.size, args.timeout, args.store, args.server}) {
+    : ThreadedProcessGroup(Setup{"mpi", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}) {
   // A duplicate keeps this group's messages apart from any other user of MPI.
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));

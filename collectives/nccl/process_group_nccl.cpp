@@ -238,7 +238,7 @@ class NcclWork : public Work {
 // ---- ProcessGroupNCCL ----
 
 ProcessGroupNCCL::ProcessGroupNCCL(const BackendArgs& args)
-    : ProcessGroup(Setup{"nccl", args.rank, args.size, args.timeout, args.store, args.server}),
+    : ProcessGroup(Setup{"nccl", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}),
       shared_(std::make_shared<NcclShared>()) {
   NcclShared& s = *shared_;
   s.rank = args.rank;
@@ -378,6 +378,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::launch(const Collective& c, const char* 
   };
   auto work = std::make_shared<NcclWork>(c, timeout(), shared_, done_guard.release(), compute_stream_, deadline,
                                          on_timeout, on_failure);
+  reports()->recorder().started(c.seq);  // on the stream now: when the device starts it is not observed
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     watched_.push_back(work);
@@ -398,6 +399,10 @@ void ProcessGroupNCCL::watchdog_loop() {
     for (const auto& w : pending) {
       if (w->done()) {
         finished.push_back(w.get());
+        // The watchdog is what sees device completion: it feeds the heartbeat (health.h)
+        // and the flight recorder, in issue order.
+        reports()->recorder().ended(w->seq(), true);
+        reports()->health().completed(w->seq());
         continue;
       }
       w->check_async_error();

@@ -169,7 +169,7 @@ void shm_reduce_scatter(ShmSegment& seg, const Collective& c) {
 }  // namespace
 
 ProcessGroupShm::ProcessGroupShm(const BackendArgs& args)
-    : ThreadedProcessGroup(Setup{"shm", args.rank, args.size, args.timeout, args.store, args.server}),
+    : ThreadedProcessGroup(Setup{"shm", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}),
       split_min_ranks_(split_min_ranks_from_env()) {
   if (!args.store) throw CollectiveError("the shm backend needs a store to share its segment's name");
   ShmSegment::Options o;

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/store.h"
+#include "collectives/store_protocol.h"
 
 namespace tandem {
 namespace {
@@ -166,6 +167,60 @@ TEST_F(Fixture, PrefixStoreKeepsNamespacesApart) {
   }
 }
 
+TEST_F(Fixture, ReadAgedReturnsValuesAndServerSideAges) {
+  store.set("hb/0", "zero");
+  store.add("hb/1", 5);
+  const auto got = store.read_aged({"hb/0", "missing", "hb/1"});
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_TRUE(got[0].has_value());
+  EXPECT_EQ(got[0]->value, "zero");
+  EXPECT_GE(got[0]->age.count(), 0);
+  EXPECT_FALSE(got[1].has_value());
+  ASSERT_TRUE(got[2].has_value());
+  EXPECT_EQ(got[2]->value, "5");
+  PrefixStore prefixed("hb/", std::make_shared<TcpStore>(client_options(server.port())));
+  const auto via_prefix = prefixed.read_aged({"0", "2"});
+  ASSERT_TRUE(via_prefix[0].has_value());
+  EXPECT_EQ(via_prefix[0]->value, "zero");
+  EXPECT_FALSE(via_prefix[1].has_value());
+  EXPECT_TRUE(store.delete_key("hb/0"));
+  EXPECT_FALSE(store.read_aged({"hb/0"})[0].has_value());
+}
+
+TEST_F(Fixture, RequestsSentWithTheCloseStillCount) {
+  // hello + set, then an orderly close in the same breath: the set must be applied.
+  using namespace store_wire;
+  Writer hello;
+  hello.u32(kMagic).u32(kVersion).str("test-job");
+  Writer set;
+  set.u8(static_cast<uint8_t>(Command::set)).str("late").str("applied");
+  const int fd = raw_connect(server.port());
+  raw_send(fd, cat({hello.frame(), set.frame()}));
+  shutdown(fd, SHUT_WR);
+  EXPECT_EQ(store.get("late", seconds(20)), "applied");
+  close(fd);
+}
+
+TEST_F(Fixture, HugeWaitTimeoutIsCappedNotOverflowed) {
+  // A get of an absent key with timeout INT64_MAX ms (the fuzzer's find: adding it to
+  // the clock overflowed) parks, and is answered when the key appears.
+  using namespace store_wire;
+  Writer hello;
+  hello.u32(kMagic).u32(kVersion).str("test-job");
+  Writer get;
+  get.u8(static_cast<uint8_t>(Command::get)).str("eventually").i64(INT64_MAX);
+  const int fd = raw_connect(server.port());
+  raw_send(fd, cat({hello.frame(), get.frame()}));
+  char ok[5];
+  ASSERT_EQ(recv(fd, ok, 5, MSG_WAITALL), 5);  // the hello's reply: length 1, status ok
+  store.set("eventually", "here");
+  char reply[4 + 1 + 4 + 4];
+  ASSERT_EQ(recv(fd, reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
+  EXPECT_EQ(reply[4], static_cast<char>(Status::ok));
+  EXPECT_EQ(std::string(reply + 9, 4), "here");
+  close(fd);
+}
+
 TEST_F(Fixture, WrongJobIsRefusedWithAClearMessage) {
   try {
     TcpStore other(client_options(server.port(), "other-job"));
@@ -193,7 +248,7 @@ TEST_F(Fixture, MalformedMessagesDropOnlyThatClient) {
   close(huge);
   // 3. A valid handshake, then a set whose key length points past the frame.
   const int liar = raw_connect(server.port());
-  raw_send(liar, cat({le32(4 + 4 + 4 + 8), le32(0x54444d53), le32(1), le32(8), "test-job"}));
+  raw_send(liar, cat({le32(4 + 4 + 4 + 8), le32(0x54444d53), le32(store_wire::kVersion), le32(8), "test-job"}));
   char ok[5];
   ASSERT_EQ(recv(liar, ok, 5, MSG_WAITALL), 5);  // handshake accepted
   raw_send(liar, cat({le32(1 + 4 + 3), std::string(1, '\x01'), le32(1000), "abc"}));
@@ -202,7 +257,7 @@ TEST_F(Fixture, MalformedMessagesDropOnlyThatClient) {
   // 4. A value over 64 MiB inside a frame under the frame limit cannot exist, but a
   //    key over 4 KiB can: refused.
   const int long_key = raw_connect(server.port());
-  raw_send(long_key, cat({le32(4 + 4 + 4 + 8), le32(0x54444d53), le32(1), le32(8), "test-job"}));
+  raw_send(long_key, cat({le32(4 + 4 + 4 + 8), le32(0x54444d53), le32(store_wire::kVersion), le32(8), "test-job"}));
   ASSERT_EQ(recv(long_key, ok, 5, MSG_WAITALL), 5);
   const std::string key(5000, 'k');
   raw_send(long_key, cat({le32(1 + 4 + 5000 + 4), std::string(1, '\x01'), le32(5000), key, le32(0)}));
