@@ -46,11 +46,15 @@ std::set<int> parse_rank_list(const std::string& text, int world) {
   return ranks;
 }
 
+// Far beyond any real wait, and far from overflowing a steady_clock deadline (int64 ns).
+constexpr double kMaxSeconds = 1e9;
+
 std::chrono::milliseconds seconds_flag(const std::string& flag, double s, bool allow_zero) {
   if (!std::isfinite(s) || s < 0 || (!allow_zero && s == 0)) {
     throw UsageError(flag + ": " + std::to_string(s) + " must be " + (allow_zero ? ">= 0" : "> 0") +
                      " seconds");
   }
+  if (s > kMaxSeconds) throw UsageError(flag + ": " + std::to_string(s) + " must be at most 1e9 seconds");
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
 }
 
@@ -194,6 +198,10 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
     if (o.nproc_per_node < 1) throw UsageError("--nproc-per-node: must be >= 1 or 'gpu', not " + nproc);
   }
   if (o.nnodes < 1) throw UsageError("--nnodes: must be >= 1, not " + std::to_string(o.nnodes));
+  if (static_cast<int64_t>(o.nnodes) * o.nproc_per_node > INT32_MAX) {
+    throw UsageError("--nnodes " + std::to_string(o.nnodes) + " x --nproc-per-node " +
+                     std::to_string(o.nproc_per_node) + ": more than " + std::to_string(INT32_MAX) + " ranks");
+  }
   if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
     throw UsageError("--node-rank: " + std::to_string(o.node_rank) + " is not in 0.." +
                      std::to_string(o.nnodes - 1) + " (--nnodes " + std::to_string(o.nnodes) + ")");

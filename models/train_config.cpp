@@ -146,8 +146,11 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   require(c.eval_every >= 0, "--eval-every must be >= 0");
   require(c.log_every > 0, "--log-every must be positive");
   require(c.devices > 0, "--devices must be positive");
-  require(c.collective_timeout_s > 0, "--collective-timeout-s must be positive");
-  require(c.bucket_cap_mb > 0, "--bucket-cap-mb must be positive");
+  // Upper bounds keep the trainer's conversions (to milliseconds, to bytes) defined.
+  require(c.collective_timeout_s > 0 && c.collective_timeout_s <= 1e9,
+          "--collective-timeout-s must be positive and at most 1e9 seconds");
+  require(c.bucket_cap_mb > 0 && c.bucket_cap_mb <= 1024 * 1024,
+          "--bucket-cap-mb must be positive and at most 1048576 (1 TiB)");
   require(c.grad_accum > 0, "--grad-accum must be positive");
   require(c.save_every >= 0, "--save-every must be >= 0");
 

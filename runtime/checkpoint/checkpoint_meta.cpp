@@ -3,6 +3,7 @@
 #include "runtime/checkpoint/checkpoint_meta.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -58,6 +59,12 @@ struct Fields {
     const json& v = at(key);
     if (!v.is_number()) bad(key, "a number");
     return v.get<double>();
+  }
+  // A float hyperparameter: finite as a float, so it is written back as a number.
+  float f32(const char* key) const {
+    const double v = num(key);
+    if (!(std::fabs(v) <= std::numeric_limits<float>::max())) bad(key, "a number within float range");
+    return static_cast<float>(v);
   }
   bool boolean(const char* key) const {
     const json& v = at(key);
@@ -142,13 +149,15 @@ nlohmann::ordered_json to_json(const CheckpointMeta& m) {
 }  // namespace
 
 LoaderPosition CheckpointMeta::position_for(int64_t new_batch_size, int64_t new_replicas) const {
-  if (batch_size <= 0 || batch_size * replicas == new_batch_size * new_replicas) return position();
+  int64_t global = 0;
+  const bool too_big = __builtin_mul_overflow(new_batch_size, new_replicas, &global);
+  if (batch_size <= 0 || (!too_big && batch_size * replicas == global)) return position();
   const int64_t samples = samples_in_epoch();
-  const int64_t global = new_batch_size * new_replicas;
-  if (global <= 0 || samples % global != 0)
+  if (too_big || global <= 0 || samples % global != 0)
     throw CheckpointError("cannot continue the exact data order: the checkpoint consumed " +
                           std::to_string(samples) + " samples of epoch " + std::to_string(epoch) +
-                          ", not a whole number of micro-batches of " + std::to_string(global) + " (" +
+                          ", not a whole number of micro-batches of " +
+                          (too_big ? std::string("over 2^63") : std::to_string(global)) + " (" +
                           std::to_string(new_batch_size) + " x " + std::to_string(new_replicas) + " replicas)");
   return {epoch, samples / global};
 }
@@ -194,6 +203,12 @@ CheckpointMeta checkpoint_meta_from_json(const std::string& text, const std::str
     m.batch_size = data.count("batch_size");
     m.replicas = data.count("replicas");
     m.grad_accum = data.count("grad_accum");
+    // samples_in_epoch() and position_for() multiply these.
+    int64_t product = 0;
+    if (__builtin_mul_overflow(m.step_in_epoch, m.batch_size, &product) ||
+        __builtin_mul_overflow(product, m.replicas, &product) ||
+        __builtin_mul_overflow(m.batch_size, m.replicas, &product))
+      throw CheckpointError(path + ": step_in_epoch x data.batch_size x data.replicas overflows");
 
     Fields model = top.sub("model");
     m.model_name = model.str("name");
@@ -210,12 +225,12 @@ CheckpointMeta checkpoint_meta_from_json(const std::string& text, const std::str
 
     Fields opt = top.sub("optimizer");
     m.optimizer.kind = parse_optimizer_kind(opt.str("kind"));
-    m.optimizer.momentum = static_cast<float>(opt.num("momentum"));
+    m.optimizer.momentum = opt.f32("momentum");
     m.optimizer.nesterov = opt.boolean("nesterov");
-    m.optimizer.weight_decay = static_cast<float>(opt.num("weight_decay"));
-    m.optimizer.beta1 = static_cast<float>(opt.num("beta1"));
-    m.optimizer.beta2 = static_cast<float>(opt.num("beta2"));
-    m.optimizer.eps = static_cast<float>(opt.num("eps"));
+    m.optimizer.weight_decay = opt.f32("weight_decay");
+    m.optimizer.beta1 = opt.f32("beta1");
+    m.optimizer.beta2 = opt.f32("beta2");
+    m.optimizer.eps = opt.f32("eps");
     m.optimizer_steps = opt.count("steps_taken");
 
     if (top.has("lr_schedule")) {

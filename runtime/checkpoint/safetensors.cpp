@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -56,7 +57,10 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
     if (!d.is_number_unsigned() || d.get<uint64_t>() > kMaxDim)
       throw CheckpointError(where + "shape has an invalid dimension " + d.dump());
     const uint64_t dim = d.get<uint64_t>();
-    if (__builtin_mul_overflow(numel, dim, &numel)) throw CheckpointError(where + "shape's element count overflows");
+    // Every partial product fits in int64_t, so shape_numel() of the shape is defined even
+    // when a later dimension is 0.
+    if (__builtin_mul_overflow(numel, dim, &numel) || numel > static_cast<uint64_t>(INT64_MAX))
+      throw CheckpointError(where + "shape's element count overflows");
     e.shape.push_back(static_cast<int64_t>(dim));
   }
   uint64_t nbytes = 0;

@@ -175,11 +175,12 @@ IdxArray read_idx(const std::string& path) {
     expected *= static_cast<uint64_t>(d);
   }
 
-  // Grow as data arrives, so a damaged header cannot make us allocate gigabytes up front.
-  out.data.reserve(static_cast<size_t>(std::min<uint64_t>(expected, uint64_t{1} << 26)));
+  // Grow as data arrives, doubling from 1 MiB, so a damaged header cannot make us allocate
+  // much more than the file really holds.
   uint64_t have = 0;
   while (have < expected) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(expected - have, kChunkBytes));
+    const uint64_t step = std::clamp<uint64_t>(have, uint64_t{1} << 20, kChunkBytes);
+    size_t want = static_cast<size_t>(std::min<uint64_t>(expected - have, step));
     out.data.resize(static_cast<size_t>(have) + want);
     size_t n = in.read(out.data.data() + have, want);
     have += n;
