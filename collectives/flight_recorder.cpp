@@ -59,7 +59,8 @@ const char* state_name(uint8_t s) {
 
 void request_flight_dumps() { g_dump_requests.fetch_add(1, std::memory_order_relaxed); }
 
-FlightRecorder::FlightRecorder(FlightIdentity identity) : id_(std::move(identity)), ring_(capacity_from_env()) {
+FlightRecorder::FlightRecorder(FlightIdentity identity)
+    : id_(std::move(identity)), log_(spdlog::default_logger()), ring_(capacity_from_env()) {
   install_handler_once();
   seen_requests_ = g_dump_requests.load(std::memory_order_relaxed);
 }
@@ -150,16 +151,16 @@ std::string FlightRecorder::dump(const std::string& reason) const {
       std::ofstream f(path, std::ios::trunc);
       f << text << '\n';
       if (f.good()) {
-        spdlog::error("rank {}: flight recorder ({}) written to {}", id_.rank, reason, path);
+        log_->error("rank {}: flight recorder ({}) written to {}", id_.rank, reason, path);
         return path;
       }
-      spdlog::error("rank {}: cannot write the flight recorder to {}; writing it to stderr", id_.rank, path);
+      log_->error("rank {}: cannot write the flight recorder to {}; writing it to stderr", id_.rank, path);
     }
     std::fprintf(stderr, "tandem flight recorder (rank %d, %s): %s\n", id_.rank, reason.c_str(), text.c_str());
     std::fflush(stderr);
     return "stderr";
   } catch (const std::exception& e) {
-    spdlog::error("rank {}: flight recorder dump failed: {}", id_.rank, e.what());
+    log_->error("rank {}: flight recorder dump failed: {}", id_.rank, e.what());
     return "";
   }
 }

@@ -21,11 +21,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "collectives/types.h"
+
+namespace spdlog {
+class logger;
+}
 
 namespace tandem {
 
@@ -70,6 +75,7 @@ class FlightRecorder {
   Entry* find(uint64_t seq);
 
   FlightIdentity id_;
+  std::shared_ptr<spdlog::logger> log_;  // dumps may run on a heartbeat thread at exit (health.h)
   mutable std::mutex mutex_;
   std::vector<Entry> ring_;
   uint64_t recorded_ = 0;

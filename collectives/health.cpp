@@ -88,7 +88,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 RankHealth::RankHealth(std::shared_ptr<Store> store, int rank, int size, HealthOptions options,
                        std::function<void(Store*)> on_beat)
     : store_(std::move(store)), rank_(rank), size_(size), options_(options), on_beat_(std::move(on_beat)),
-      pid_(getpid()) {
+      log_(spdlog::default_logger()), pid_(getpid()) {
   char host[256] = "?";
   gethostname(host, sizeof(host) - 1);
   host_ = host;
@@ -204,12 +204,12 @@ void RankHealth::beat_loop() {
       store->set(health_key(rank_), encode(self()));
       written = snapshot;
       last_write = std::chrono::steady_clock::now();
-      if (warned) spdlog::info("rank {}: heartbeat: the store is reachable again", rank_);
+      if (warned) log_->info("rank {}: heartbeat: the store is reachable again", rank_);
       warned = false;
     } catch (const std::exception& e) {
       // The store is gone or cut off: keep trying each interval, so a link that comes
       // back brings the heartbeat back.
-      if (!warned) spdlog::warn("rank {}: heartbeat: cannot write to the store: {}", rank_, e.what());
+      if (!warned) log_->warn("rank {}: heartbeat: cannot write to the store: {}", rank_, e.what());
       warned = true;
       store.reset();
       written = snapshot;  // do not spin: retry on the next interval or change

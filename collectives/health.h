@@ -35,6 +35,10 @@
 
 #include "collectives/store.h"
 
+namespace spdlog {
+class logger;
+}
+
 namespace tandem {
 
 struct HealthOptions {
@@ -120,6 +124,10 @@ class RankHealth {
   const int size_;
   const HealthOptions options_;
   std::function<void(Store*)> on_beat_;
+  // The heartbeat thread logs through its own reference: a group the program never
+  // destroyed (exit() with it alive) may still beat while static destructors run, after
+  // spdlog's registry is gone.
+  std::shared_ptr<spdlog::logger> log_;
   const int64_t pid_;
   std::string host_;
   std::atomic<uint64_t> entered_{0};
