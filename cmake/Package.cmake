@@ -1,5 +1,5 @@
 # cmake --install BUILD --prefix P lays out:
-#   P/bin/                       tandem-train, tandemrun, tandem-ckpt, tandem-bench-collectives
+#   P/bin/                       tandem-train, tandemrun, tandem-ckpt, tandem-trace, tandem-bench-collectives
 #   P/lib/                       libtandem.a (Tandem::tandem), libtandem_collectives.a (Tandem::collectives)
 #   P/include/tandem/            tandem.h, collectives.h, version.h: what users include
 #   P/include/tandem/<folder>/   the headers those include, and nothing else
@@ -37,7 +37,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/include/tandem/tandem.h ${PROJECT_SOURCE_DIR
 # into the export only as link dependencies of the static libraries.
 install(TARGETS tandem_runtime tandem_collectives tandem_fp16 tandem_openblas EXPORT TandemTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS tandem-train tandemrun tandem-ckpt tandem-bench-collectives
+install(TARGETS tandem-train tandemrun tandem-ckpt tandem-trace tandem-bench-collectives
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/data/tinyshakespeare.txt DESTINATION ${CMAKE_INSTALL_DATADIR}/tandem/data)
 

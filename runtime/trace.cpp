@@ -1,7 +1,12 @@
-// Chrome trace-event writer (nlohmann-json).
+// Chrome trace-event writer (nlohmann-json). Besides "traceEvents" the file carries
+// "otherData": rank, origin_unix_us (the wall clock at ts 0), host, pid and, under
+// tandemrun, node (NODE_RANK): what tandem-trace merge needs to put ranks on one clock.
 #include "runtime/trace.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -38,10 +43,17 @@ void Tracer::write(const std::string& path) const {
                         {"ts", us(s.begin)}, {"dur", us(s.end) - us(s.begin)}});
     }
   }
+  json other = {{"rank", rank_},
+                {"origin_unix_us",
+                 std::chrono::duration_cast<std::chrono::microseconds>(origin_wall_.time_since_epoch()).count()},
+                {"pid", static_cast<long long>(::getpid())}};
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) == 0) other["host"] = host;
+  if (const char* node = std::getenv("NODE_RANK"); node && *node) other["node"] = std::atoi(node);
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << '\n';
+    out << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}}.dump() << '\n';
     if (!out.flush()) throw std::runtime_error("cannot write trace file '" + tmp + "'");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)

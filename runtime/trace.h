@@ -5,6 +5,8 @@
 //
 // Tracks (tid): 0 "compute" (batch loading, forward/backward per layer, wait, optimizer),
 //               1 "comm" (each bucket's all-reduce, from launch to completion).
+// Timestamps count from the tracer's steady-clock origin; the file's "otherData" records
+// the wall clock at that origin (origin_unix_us), so tandem-trace merge can align ranks.
 #pragma once
 
 #include <chrono>
@@ -55,6 +57,8 @@ class Tracer {
   int rank_ = 0;
   bool enabled_ = false;
   Clock::time_point origin_ = Clock::now();
+  // The wall clock at origin_, read right after it: the anchor written as origin_unix_us.
+  std::chrono::system_clock::time_point origin_wall_ = std::chrono::system_clock::now();
   mutable std::mutex mutex_;
   std::vector<Span> spans_;
 };
