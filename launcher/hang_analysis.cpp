@@ -77,8 +77,12 @@ std::string first_divergence(const std::map<int, std::string>& dumps) {
 
 std::string analyse_hang(const HangInput& in) {
   const auto ops = parse_dumps(in.dumps);
-  uint64_t front = 0;  // the newest op any rank entered
-  for (const auto& p : in.peers) front = std::max(front, p.known ? p.entered : 0);
+  // The newest op any rank is in (or has entered, when it is in none): ops complete in
+  // issue order, so a rank with several in flight is in its first uncompleted one.
+  uint64_t front = 0;
+  for (const auto& p : in.peers) {
+    if (p.known) front = std::max(front, p.entered > p.completed ? p.completed + 1 : p.entered);
+  }
   const auto op_name = [&](uint64_t seq) {
     for (const auto& [rank, recs] : ops) {
       if (auto it = recs.find(seq); it != recs.end()) return it->second.op + " #" + std::to_string(seq);

@@ -4,7 +4,7 @@
 # happened to it, no process of the job is left, and every checkpoint written before
 # the fault still verifies. Usage: faults.sh BIN_DIR CASE [BACKEND]
 #   stop-before    rank 1 stops (SIGSTOP) before an all-reduce
-#   stop-inside    rank 1 stops inside a 4 MB all-reduce
+#   stop-inside    rank 1 stops inside an all-reduce
 #   kill-inside    rank 1 dies (SIGKILL) inside it
 #   hang           rank 1 stops stepping without exiting; --hang-timeout-s finds it,
 #                  every responding rank dumps its flight recorder, one analysis is printed
@@ -17,8 +17,8 @@ BACKEND="${3:-gloo}"
 T="$BIN/tandem-train"
 RUN="$BIN/tandemrun"
 C="$BIN/tandem-ckpt"
-# A 4 MB gradient bucket (hidden 512: about 0.8M parameters in two buckets), a checkpoint
-# every 10 steps, op #60 lands around step 30.
+# hidden 512 (0.67M parameters, two gradient buckets), a checkpoint every 10 steps; op #60
+# lands around step 30.
 JOB=(--data synthetic --synthetic-train 4096 --synthetic-test 512 --model mlp --hidden 512 --batch-size 16
      --lr 0.02 --no-progress --threads 1 --epochs 100 --mode ddp --backend "$BACKEND" --save-every 10)
 export TANDEM_HEARTBEAT_MS=250
