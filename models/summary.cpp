@@ -69,7 +69,12 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"peak_rss_mb", s.peak_rss_mb},
       {"peak_rss_mb_per_rank", s.peak_rss_mb_per_rank},
       {"peak_device_memory_mb", opt(s.peak_device_memory_mb)},
+      {"zero", s.zero},
+      {"optimizer_state_mb_per_rank", s.optimizer_state_mb_per_rank},
       {"seed", s.seed},
+      {"precision", s.precision},
+      {"grad_reduce_dtype", s.grad_reduce_dtype},
+      {"bf16_gemm", s.bf16_gemm ? json(*s.bf16_gemm) : json(nullptr)},
   };
   std::string tmp = path + ".tmp";
   {

@@ -32,7 +32,12 @@ struct RunSummary {
   double peak_rss_mb = 0;                  // this process (rank 0)
   std::vector<double> peak_rss_mb_per_rank;  // every process, by rank
   std::optional<double> peak_device_memory_mb;  // CUDA runs: the caching allocator's peak
+  int zero = 0;                                     // ZeRO stage (docs/zero.md)
+  std::vector<double> optimizer_state_mb_per_rank;  // optimizer state each process holds, by rank
   uint64_t seed = 0;
+  std::string precision = "fp32";          // matrix products: fp32 | bf16 (docs/precision.md)
+  std::string grad_reduce_dtype = "fp32";  // gradient all-reduce: fp32 | bf16 | fp16
+  std::optional<std::string> bf16_gemm;    // under bf16: native | fallback (CPU) | cublas
 };
 
 // Writes atomically (temporary file then rename). Throws naming the path on failure.

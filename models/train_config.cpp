@@ -81,8 +81,18 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");
   app.add_option("--grad-accum", c.grad_accum, "Micro-steps per optimizer step");
   app.add_option("--comm-hook", c.comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
+  app.add_option("--precision", c.precision,
+                 "Matrix products (linear, conv, LM head) in fp32, or bf16 with f32 accumulation; weights, "
+                 "optimizer state, loss and softmax stay f32")
+      ->check(names({"fp32", "bf16"}));
+  auto* grad_reduce = app.add_option("--grad-reduce-dtype", c.grad_reduce_dtype,
+                                     "DDP: all-reduce gradients in fp32 or bf16 (bf16 is --comm-hook bf16)")
+                          ->check(names({"fp32", "bf16"}));
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
                "DDP: parameters without a gradient in a step count as zero (else that step fails)");
+  app.add_option("--zero", c.zero,
+                 "DDP: ZeRO stage. 1 shards the optimizer state across the ranks (gradients reduce-scattered, "
+                 "each rank updates its shard, parameters all-gathered); 0 off");
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints");
   app.add_option("--save-every", c.save_every, "Save a checkpoint every N steps");
   app.add_option("--resume", c.resume, "Resume: auto or a checkpoint path");
@@ -155,11 +165,33 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   require(c.save_every >= 0, "--save-every must be >= 0");
 
   const bool ddp = c.mode == "ddp";
+  // --grad-reduce-dtype names the reduction's dtype; the bf16 comm hook is what does it.
+  if (c.grad_reduce_dtype == "bf16") {
+    require(ddp, "--grad-reduce-dtype bf16 needs --mode ddp (only DDP all-reduces gradients)");
+    require(c.comm_hook == "none" || c.comm_hook == "bf16",
+            "--grad-reduce-dtype bf16 contradicts --comm-hook " + c.comm_hook);
+    c.comm_hook = "bf16";
+  } else {
+    require(grad_reduce->count() == 0 || c.comm_hook == "none",
+            "--grad-reduce-dtype fp32 contradicts --comm-hook " + c.comm_hook);
+  }
   require(ddp || !c.no_overlap, "--no-overlap needs --mode ddp");
   require(ddp || !c.no_comm, "--no-comm needs --mode ddp");
   require(ddp || c.comm_hook == "none", "--comm-hook needs --mode ddp");
   require(ddp || c.backend == "auto", "--backend needs --mode ddp");
   require(ddp || !c.find_unused_parameters, "--find-unused-parameters needs --mode ddp");
+  require(c.zero == 0 || c.zero == 1, "--zero " + std::to_string(c.zero) +
+                                          " is not built: 0 (off) or 1 (shard the optimizer state)");
+  if (c.zero > 0) {
+    require(ddp, "--zero 1 needs --mode ddp (it shards the optimizer state across DDP processes), got --mode " +
+                     c.mode);
+    require(c.comm_hook == "none", "--zero 1 reduce-scatters gradients in fp32: it takes no --comm-hook " +
+                                       c.comm_hook + " (nor --grad-reduce-dtype bf16)");
+    require(!c.no_comm, "--zero 1 needs gradient communication: it cannot run with --no-comm");
+    require(c.device != "cuda" || !host_staged_backend(c),
+            "--zero 1 with --device cuda needs --backend nccl (" + c.backend +
+                " stages GPU buckets through host memory)");
+  }
 
   require(c.mode == "dp" || c.devices == 1, "--devices needs --mode dp");
   require(c.backend != "nccl" || c.device == "cuda", "--backend nccl needs --device cuda");

@@ -50,7 +50,12 @@ struct TrainConfig {
   bool no_comm = false;
   int64_t grad_accum = 1;
   std::string comm_hook = "none";
+  // mixed precision (docs/precision.md): matrix products in bf16; gradients reduced in
+  // bf16 through the bf16 comm hook (parsing sets comm_hook = "bf16")
+  std::string precision = "fp32";          // fp32 | bf16
+  std::string grad_reduce_dtype = "fp32";  // fp32 | bf16
   bool find_unused_parameters = false;
+  int zero = 0;  // ZeRO stage (docs/zero.md): 1 shards the optimizer state across DDP ranks
   // checkpoints
   std::string checkpoint_dir;
   int64_t save_every = 0;

@@ -22,6 +22,8 @@
 #include "runtime/data/loader.h"
 #include "runtime/data/text.h"
 #include "runtime/cpu/blas_core.h"
+#include "runtime/cpu/bf16_gemm.h"
+#include "runtime/precision.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
@@ -164,7 +166,18 @@ void run_training(const TrainConfig& c) {
   po.communicate = !c.no_comm;
   po.find_unused_parameters = c.find_unused_parameters;
   po.comm_hook = parse_comm_hook(c.comm_hook);
+  po.precision = parse_precision(c.precision);
   po.cpu_threads = threads;
+  po.zero_stage = c.zero;
+  // Which bf16 GEMM runs: the CPU's choice (bf16_gemm.h) or cuBLAS; null under fp32.
+  const std::string bf16_gemm = po.precision != Precision::bf16 ? ""
+                                : device.is_cuda()               ? "cublas"
+                                : cpu::bf16_gemm_path() == cpu::Bf16GemmPath::native ? "native"
+                                                                                     : "fallback";
+  if (!bf16_gemm.empty())
+    spdlog::info("precision bf16: matrix products in bf16 with f32 accumulation ({}), gradients reduced in {}",
+                 device.is_cuda() ? "cuBLAS" : cpu::bf16_gemm_path_str(cpu::bf16_gemm_path()),
+                 c.comm_hook == "bf16" ? "bf16" : "fp32");
   int tracer_rank = 0;
   std::optional<FaultPlan> hang;  // TANDEM_FAULT=hang-at-step:S (collectives/fault_injection.h)
   if (po.mode == Mode::ddp) {
@@ -179,6 +192,16 @@ void run_training(const TrainConfig& c) {
   DumpOnFatalError dump_on_error(po.group);
   std::unique_ptr<Strategy> strategy = parallelize([&] { return build_model(mc, c.seed); }, oc, po, tracer.get());
   const int replicas = strategy->replicas();
+  const int64_t optimizer_state_bytes = strategy->optimizer().state_bytes();
+  if (strategy->zero_stage() > 0) {
+    // What a plain run's optimizer would hold: every slot of every parameter element, f32.
+    const double full = static_cast<double>(strategy->optimizer().slot_names().size()) *
+                        static_cast<double>(strategy->model().num_parameters()) * 4.0 / (1024.0 * 1024.0);
+    const double mine = static_cast<double>(optimizer_state_bytes) / (1024.0 * 1024.0);
+    spdlog::info("zero-1: optimizer state {:.1f} MiB per rank instead of {:.1f} MiB (saved {:.1f} MiB), "
+                 "shards of {} buckets over {} ranks",
+                 mine, full, full - mine, strategy->buckets().size(), replicas);
+  }
 
   // DDP ranks each load their shard; DataParallel loads the global batch and scatters it.
   const bool ddp = strategy->mode() == std::string("ddp");
@@ -223,7 +246,11 @@ void run_training(const TrainConfig& c) {
   LoaderPosition start{0, 0};
   const std::string resume_from = resolve_resume(c.resume, c.checkpoint_dir);
   if (!resume_from.empty()) {
-    CheckpointMeta m = load_checkpoint(resume_from, strategy->model(), &strategy->optimizer());
+    CheckpointMeta m;
+    // Under ZeRO every rank loads the full state and keeps its shard of it.
+    strategy->with_full_optimizer(FullState::write, [&](Optimizer& full) {
+      m = load_checkpoint(resume_from, strategy->model(), &full);
+    });
     if (m.seed != c.seed || m.dataset != c.data)
       spdlog::warn("resuming a run of --data {} --seed {} with --data {} --seed {}: the data order differs",
                    m.dataset, m.seed, c.data, c.seed);
@@ -239,7 +266,9 @@ void run_training(const TrainConfig& c) {
   int64_t last_saved_step = resume_from.empty() ? -1 : step;
   auto save = [&] {
     last_saved_step = step;
-    if (strategy->rank() != 0) return;  // replicas are identical; one writer
+    // Replicas are identical; one writer. Under ZeRO every rank takes part in gathering
+    // the optimizer state's shards (with_full_optimizer), and rank 0 writes it.
+    if (strategy->rank() != 0 && strategy->zero_stage() == 0) return;
     CheckpointMeta m;
     m.step = step;
     m.epoch = train_loader.position().epoch;
@@ -258,7 +287,9 @@ void run_training(const TrainConfig& c) {
     for (const auto& [name, value] : strategy->model().counters()) m.extra["counter." + name] = std::to_string(value);
     m.mode = strategy->mode();
     m.world_size = strategy->mode() == std::string("ddp") ? replicas : 1;
-    save_checkpoint(c.checkpoint_dir, strategy->model(), strategy->optimizer(), m, c.keep_last);
+    strategy->with_full_optimizer(FullState::read, [&](Optimizer& full) {
+      if (strategy->rank() == 0) save_checkpoint(c.checkpoint_dir, strategy->model(), full, m, c.keep_last);
+    });
   };
 
   if (strategy->rank() == 0) {
@@ -385,6 +416,9 @@ void run_training(const TrainConfig& c) {
   s.peak_rss_mb = peak_rss_mb();
   for (int64_t kib : strategy->per_rank(static_cast<int64_t>(s.peak_rss_mb * 1024.0)))
     s.peak_rss_mb_per_rank.push_back(static_cast<double>(kib) / 1024.0);
+  s.zero = strategy->zero_stage();
+  for (int64_t bytes : strategy->per_rank(optimizer_state_bytes))
+    s.optimizer_state_mb_per_rank.push_back(static_cast<double>(bytes) / (1024.0 * 1024.0));
   if (device.is_cuda()) {
     size_t peak = 0;
     for (int d = 0; d < (c.mode == "dp" ? c.devices : 1); ++d)
@@ -392,6 +426,9 @@ void run_training(const TrainConfig& c) {
     s.peak_device_memory_mb = static_cast<double>(peak) / (1024.0 * 1024.0);
   }
   s.seed = c.seed;
+  s.precision = c.precision;
+  s.grad_reduce_dtype = c.comm_hook == "none" ? "fp32" : c.comm_hook;  // the comm hook's dtype
+  if (!bf16_gemm.empty()) s.bf16_gemm = bf16_gemm;
   spdlog::info("done: {} steps, final_train_loss {}, test_loss {:.4f}, test_accuracy {:.4f}, {:.0f} samples/s{}, "
                "step {:.2f} ms (p50 {:.2f}, p90 {:.2f}), peak RSS {:.0f} MiB, checksum {}",
                s.steps, s.final_train_loss ? fmt::format("{:.4f}", *s.final_train_loss) : "none",

@@ -25,6 +25,11 @@ class Kernels {
   // C(M,N) = alpha * op(A) * op(B) + beta * C; op(A) is (M,K), op(B) is (K,N).
   virtual void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
                     bool trans_a, bool trans_b, float alpha, float beta) = 0;
+  // The same product with A and B in bf16 (raw bits) and f32 products, accumulation and
+  // C: autocast's matmul (runtime/precision.h). Every implementation computes the exact
+  // products of the bf16 inputs and sums them in f32, so devices agree to f32 rounding.
+  virtual void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                         bool trans_a, bool trans_b, float alpha, float beta) = 0;
 
   // --- elementwise -----------------------------------------------------------------
   virtual void fill(float* x, int64_t n, float value) = 0;
@@ -108,11 +113,14 @@ class Kernels {
   // GELU, tanh approximation (GPT-2's; torch.nn.GELU(approximate="tanh")).
   virtual void gelu_tanh_forward(float* y, const float* x, int64_t n) = 0;
   virtual void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) = 0;
-  // out[0] += sum of x[i]^2 (accumulated in double within the call); out on this device.
-  virtual void sum_squares_acc(float* out, const float* x, int64_t n) = 0;
-  // Clip by global norm without a host read: x *= min(1, max_norm / (sqrt(sum_sq[0]) + 1e-6)),
-  // sum_sq on this device (torch.nn.utils.clip_grad_norm_'s coefficient).
-  virtual void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) = 0;
+  // out[0] += sum of x[i]^2, in double (one double on this device): summed over many
+  // calls, the total hardly depends on how the elements were split between them.
+  virtual void sum_squares_acc(double* out, const float* x, int64_t n) = 0;
+  // Clip by global norm without a host read: x *= min(1, max_norm / (sqrt(s) + 1e-6)),
+  // torch.nn.utils.clip_grad_norm_'s coefficient, in float, where s is the float of
+  // sum_sq[0] + ... + sum_sq[parts - 1] added in double in that order (sum_sq on this
+  // device: partial sums, e.g. one per rank).
+  virtual void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm) = 0;
 
   // --- optimizers (one fused update per tensor) ------------------------------------
   // PyTorch SGD semantics: g = grad + wd*p; buf = momentum*buf + g (buf = g on the

@@ -17,6 +17,7 @@ Model& Model::add(const std::string& name, std::unique_ptr<Module> module) {
   // does not require one), so the first Linear/Conv2d skips its dx GEMM, as PyTorch does.
   module->set_needs_input_grad(!params_.empty());
   module->to(device_);
+  module->set_precision(precision_);
   module->set_grad_ready_hook(&hook_);
   for (Parameter* p : module->parameters()) params_.push_back(p);
   layers_.push_back({name, std::move(module)});
@@ -26,6 +27,7 @@ Model& Model::add(const std::string& name, std::unique_ptr<Module> module) {
 Tensor Model::forward(const Tensor& x) {
   Tensor h = x;
   for (auto& l : layers_) {
+    before_forward(*l.module);
     if (tracer_) {
       Tracer::Scope span(tracer_, "forward " + l.name);
       h = l.module->forward(h);
@@ -95,6 +97,11 @@ void Model::zero_grad() {
 
 void Model::set_training(bool training) {
   for (auto& l : layers_) l.module->set_training(training);
+}
+
+void Model::set_precision(Precision precision) {
+  precision_ = precision;
+  for (auto& l : layers_) l.module->set_precision(precision);
 }
 
 void Model::reset_parameters(uint64_t seed) {

@@ -50,16 +50,27 @@ class Model {
   void set_counters(const std::map<std::string, uint64_t>& counters);
 
   void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  // Called by forward() with each layer just before that layer runs (ZeRO waits there
+  // for the all-gather of the layer's parameters). A subclass that overrides forward()
+  // may call before_forward(layer) itself; a strategy must not rely on it being called.
+  using ForwardPreHook = std::function<void(Module&)>;
+  void set_forward_pre_hook(ForwardPreHook hook) { pre_hook_ = std::move(hook); }
   // Spans "forward <layer>" / "backward <layer>" go to this tracer (null: none).
   void set_tracer(Tracer* tracer) { tracer_ = tracer && tracer->enabled() ? tracer : nullptr; }
   void zero_grad();
   void set_training(bool training);
+  // Every layer's matrix-product precision (runtime/precision.h), layers added later too.
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
   virtual void reset_parameters(uint64_t seed);
   void to(Device device);
   Device device() const { return device_; }
 
  protected:
   void fire_grad_ready(Module& module);
+  void before_forward(Module& module) {
+    if (pre_hook_) pre_hook_(module);
+  }
 
   struct Layer {
     std::string name;
@@ -68,8 +79,10 @@ class Model {
   std::vector<Layer> layers_;
   std::vector<Parameter*> params_;
   GradReadyHook hook_;
+  ForwardPreHook pre_hook_;
   Tracer* tracer_ = nullptr;
   Device device_ = Device::cpu();
+  Precision precision_ = Precision::fp32;
 };
 
 // Hash of every parameter's bytes in name order (FNV-1a 64 over the host copies),

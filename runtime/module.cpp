@@ -50,6 +50,11 @@ void Module::set_training(bool training) {
   for (auto& [name, child] : children_) child->set_training(training);
 }
 
+void Module::set_precision(Precision precision) {
+  precision_ = precision;
+  for (auto& [name, child] : children_) child->set_precision(precision);
+}
+
 void Module::set_prefix(const std::string& prefix) {
   auto join = [&](const std::string& local) { return prefix.empty() ? local : prefix + "." + local; };
   for (size_t i = 0; i < params_.size(); ++i) params_[i]->name = join(local_names_[i]);
@@ -95,6 +100,7 @@ void Module::adopt(const std::string& local_name, std::unique_ptr<Module> child)
       throw std::invalid_argument(kind() + ": sub-module '" + local_name + "' clashes with a parameter");
   child->to(device_);
   child->set_training(training_);
+  child->set_precision(precision_);
   child->set_grad_ready_hook(hook_);
   children_.emplace_back(local_name, std::move(child));
 }

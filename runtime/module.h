@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/precision.h"
 #include "runtime/tensor.h"
 
 namespace tandem {
@@ -69,6 +70,10 @@ class Module {
   // input's buffer is free for the next batch, and backward then says no forward ran.
   void set_training(bool training);
   bool training() const { return training_; }
+  // Precision of the matrix products of this module and every sub-module
+  // (runtime/precision.h). Parameters and gradients stay f32 either way.
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
   // When false, backward may skip computing dx and return an undefined Tensor (and a
   // layer without parameters may then receive an undefined dy). Meant for a model's
   // leading layers, whose input is data nobody differentiates: PyTorch skips that GEMM
@@ -107,6 +112,7 @@ class Module {
 
   bool training_ = true;
   bool needs_input_grad_ = true;
+  Precision precision_ = Precision::fp32;
   Device device_ = Device::cpu();
 
  private:

@@ -252,7 +252,7 @@ void CpuKernels::gelu_tanh_backward(float* __restrict dx, const float* __restric
 
 // --- gradient clipping -----------------------------------------------------------------
 
-void CpuKernels::sum_squares_acc(float* out, const float* __restrict x, int64_t n) {
+void CpuKernels::sum_squares_acc(double* out, const float* __restrict x, int64_t n) {
   constexpr int L = 8;
   double acc[L] = {};
   int64_t i = 0;
@@ -261,12 +261,14 @@ void CpuKernels::sum_squares_acc(float* out, const float* __restrict x, int64_t 
   double s = 0.0;
   for (; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   for (int k = 0; k < L; ++k) s += acc[k];
-  out[0] = static_cast<float>(static_cast<double>(out[0]) + s);
+  out[0] += s;
 }
 
-void CpuKernels::clip_scale(float* __restrict x, int64_t n, const float* sum_sq, float max_norm) {
+void CpuKernels::clip_scale(float* __restrict x, int64_t n, const double* sum_sq, int64_t parts, float max_norm) {
+  double total = 0.0;
+  for (int64_t i = 0; i < parts; ++i) total += sum_sq[i];
   // Float arithmetic, as torch's coefficient (a float32 tensor); CUDA computes the same.
-  const float coef = max_norm / (std::sqrt(sum_sq[0]) + 1e-6f);
+  const float coef = max_norm / (std::sqrt(static_cast<float>(total)) + 1e-6f);
   if (!(coef < 1.f)) return;
   for (int64_t i = 0; i < n; ++i) x[i] *= coef;
 }

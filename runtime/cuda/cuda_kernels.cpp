@@ -29,8 +29,8 @@ void gelu_tanh_forward(float* y, const float* x, int64_t n, cudaStream_t stream)
 void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, cudaStream_t stream);
 // out[0] += sum of squares through `scratch` (sum_squares_scratch doubles): partials, then one ordered pass.
 size_t sum_squares_scratch(int64_t n);
-void sum_squares_acc(float* out, const float* x, int64_t n, double* scratch, cudaStream_t stream);
-void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm, cudaStream_t stream);
+void sum_squares_acc(double* out, const float* x, int64_t n, double* scratch, cudaStream_t stream);
+void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm, cudaStream_t stream);
 }  // namespace launch
 
 namespace {
@@ -86,6 +86,28 @@ void CudaKernels::gemm(float* C, const float* A, const float* B, int64_t M, int6
   const int ldb = trans_b ? k : n;
   TANDEM_CUBLAS_CHECK(cublasSgemm(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   n, m, k, &alpha, B, ldb, A, lda, &beta, C, n),
+                      ctx_.device);
+}
+
+void CudaKernels::gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                            bool trans_a, bool trans_b, float alpha, float beta) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.f)
+      fill(C, M * N, 0.f);
+    else if (beta != 1.f)
+      scale(C, M * N, beta);
+    return;
+  }
+  const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K");
+  ensure_current(ctx_.device);
+  // The operand swap of gemm above; CUBLAS_COMPUTE_32F keeps products and sums in f32
+  // (not the reduced-precision bf16 accumulation cuBLAS may otherwise pick).
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  TANDEM_CUBLAS_CHECK(cublasGemmEx(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   n, m, k, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, n,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                       ctx_.device);
 }
 
@@ -305,15 +327,15 @@ void CudaKernels::gelu_tanh_backward(float* dx, const float* dy, const float* x,
   launch::gelu_tanh_backward(dx, dy, x, n, ctx_.stream);
 }
 
-void CudaKernels::sum_squares_acc(float* out, const float* x, int64_t n) {
+void CudaKernels::sum_squares_acc(double* out, const float* x, int64_t n) {
   ensure_current(ctx_.device);
   Scratch partial(ctx_.allocator, launch::sum_squares_scratch(n) * sizeof(double));
   launch::sum_squares_acc(out, x, n, partial.as<double>(), ctx_.stream);
 }
 
-void CudaKernels::clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) {
+void CudaKernels::clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm) {
   ensure_current(ctx_.device);
-  launch::clip_scale(x, n, sum_sq, max_norm, ctx_.stream);
+  launch::clip_scale(x, n, sum_sq, parts, max_norm, ctx_.stream);
 }
 
 // --- optimizers ----------------------------------------------------------------------

@@ -19,6 +19,9 @@ class CudaKernels final : public Kernels {
 
   void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
             bool trans_b, float alpha, float beta) override;
+  // cublasGemmEx: bf16 A and B, f32 C and compute (tensor cores where the GPU has them).
+  void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, bool trans_a,
+                 bool trans_b, float alpha, float beta) override;
 
   void fill(float* x, int64_t n, float value) override;
   void copy(float* dst, const float* src, int64_t n) override;
@@ -66,8 +69,8 @@ class CudaKernels final : public Kernels {
                           int64_t b, int64_t t, int64_t c, int64_t nh) override;
   void gelu_tanh_forward(float* y, const float* x, int64_t n) override;
   void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) override;
-  void sum_squares_acc(float* out, const float* x, int64_t n) override;
-  void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) override;
+  void sum_squares_acc(double* out, const float* x, int64_t n) override;
+  void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm) override;
 
   void sgd_update(float* param, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,
                   float weight_decay, bool nesterov, bool first_step) override;

@@ -214,19 +214,22 @@ __global__ void sum_squares_partials_kernel(double* __restrict__ partial, const 
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void sum_squares_finish_kernel(float* __restrict__ out, const double* __restrict__ partial,
+__global__ void sum_squares_finish_kernel(double* __restrict__ out, const double* __restrict__ partial,
                                           int64_t blocks) {
   __shared__ double red[32];
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < blocks; i += blockDim.x) s += partial[i];
   s = block_sum_all(s, red);
-  if (threadIdx.x == 0) out[0] = static_cast<float>(static_cast<double>(out[0]) + s);
+  if (threadIdx.x == 0) out[0] += s;
 }
 
-__global__ void clip_scale_kernel(float* __restrict__ x, int64_t n, const float* __restrict__ sum_sq,
-                                  float max_norm) {
-  // IEEE sqrtf and division (no fast math): the CPU kernel's coefficient, bit for bit.
-  const float coef = __fdiv_rn(max_norm, __fadd_rn(__fsqrt_rn(sum_sq[0]), 1e-6f));
+__global__ void clip_scale_kernel(float* __restrict__ x, int64_t n, const double* __restrict__ sum_sq,
+                                  int64_t parts, float max_norm) {
+  // The parts added in order, then IEEE sqrtf and division (no fast math): the CPU
+  // kernel's coefficient, bit for bit.
+  double total = 0.0;
+  for (int64_t i = 0; i < parts; ++i) total = __dadd_rn(total, sum_sq[i]);
+  const float coef = __fdiv_rn(max_norm, __fadd_rn(__fsqrt_rn(__double2float_rn(total)), 1e-6f));
   if (!(coef < 1.f)) return;
   TANDEM_GRID_STRIDE_LOOP(i, n) x[i] *= coef;
 }
@@ -294,7 +297,7 @@ void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, c
 
 size_t sum_squares_scratch(int64_t n) { return static_cast<size_t>(sum_squares_blocks(n)); }
 
-void sum_squares_acc(float* out, const float* x, int64_t n, double* scratch, cudaStream_t stream) {
+void sum_squares_acc(double* out, const float* x, int64_t n, double* scratch, cudaStream_t stream) {
   if (n <= 0) return;
   const int64_t blocks = sum_squares_blocks(n);
   sum_squares_partials_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(scratch, x, n);
@@ -303,9 +306,9 @@ void sum_squares_acc(float* out, const float* x, int64_t n, double* scratch, cud
   TANDEM_CUDA_CHECK_LAUNCH(sum_squares_finish_kernel);
 }
 
-void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm, cudaStream_t stream) {
+void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm, cudaStream_t stream) {
   if (n <= 0) return;
-  clip_scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, sum_sq, max_norm);
+  clip_scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, sum_sq, parts, max_norm);
   TANDEM_CUDA_CHECK_LAUNCH(clip_scale_kernel);
 }
 

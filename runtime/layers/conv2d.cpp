@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "runtime/kernels.h"
+#include "runtime/layers/autocast.h"
 #include "runtime/layers/layer_util.h"
 
 namespace tandem {
@@ -60,6 +61,8 @@ Tensor Conv2d::forward(const Tensor& x) {
       training() && static_cast<size_t>(n * ckk * ohw) * sizeof(float) <= saved_columns_limit_;
   reuse_buffer(cols_, {(keep_all ? n : chunk_) * ckk * ohw}, device_);
   if (chunk_ > 1) reuse_buffer(gemm_out_, {out_ * chunk_ * ohw}, device_);
+  const bool bf16 = precision_ == Precision::bf16;
+  const Tensor w16 = bf16 ? to_bf16(w16_, weight_->value) : Tensor();  // backward reuses it
   for (int64_t i0 = 0; i0 < n; i0 += chunk_) {
     const int64_t nc = std::min(chunk_, n - i0);
     float* col = cols_.f32() + (keep_all ? i0 * ckk * ohw : 0);
@@ -67,12 +70,17 @@ Tensor Conv2d::forward(const Tensor& x) {
     // Y' (OC, nc*OH*OW) = W (OC, C*k*k) * col (C*k*k, nc*OH*OW); one image's Y' is its y.
     float* yc = y.f32() + i0 * out_ * ohw;
     float* yt = nc == 1 ? yc : gemm_out_.f32();
-    k.gemm(yt, weight_->value.f32(), col, out_, nc * ohw, ckk, false, false, 1.f, 0.f);
+    if (bf16)
+      k.gemm_bf16(yt, bf16_bits(w16), bf16_bits(to_bf16(col16_, col, ckk * nc * ohw, device_)), out_, nc * ohw,
+                  ckk, false, false, 1.f, 0.f);
+    else
+      k.gemm(yt, weight_->value.f32(), col, out_, nc * ohw, ckk, false, false, 1.f, 0.f);
     if (nc > 1) k.swap_leading(yc, yt, out_, nc, ohw);  // (OC, nc, OH*OW) -> (nc, OC, OH*OW)
   }
   k.add_bias_channels(y.f32(), bias_->value.f32(), n, out_, ohw);
 
   saved_ = training();  // evaluation keeps nothing for a backward
+  bf16_saved_ = bf16;   // backward multiplies in the precision forward did (w16_ is forward's)
   cols_saved_ = keep_all;
   x_shape_ = x.shape();
   x_ = keep_all || !training() ? Tensor() : x;  // with every column kept, backward never reads x
@@ -114,10 +122,20 @@ Tensor Conv2d::backward(const Tensor& dy) {
       dyt = gemm_out_.f32();
     }
     // dW (OC, C*k*k) += dY' (OC, nc*OH*OW) * col^T (nc*OH*OW, C*k*k)
-    k.gemm(dw, dyt, col, out_, ckk, nc * ohw, false, true, 1.f, 1.f);
+    Tensor dy16;
+    if (bf16_saved_) {
+      dy16 = to_bf16(dy16_, dyt, out_ * nc * ohw, device_);
+      const Tensor col16 = to_bf16(col16_, col, ckk * nc * ohw, device_);
+      k.gemm_bf16(dw, bf16_bits(dy16), bf16_bits(col16), out_, ckk, nc * ohw, false, true, 1.f, 1.f);
+    } else {
+      k.gemm(dw, dyt, col, out_, ckk, nc * ohw, false, true, 1.f, 1.f);
+    }
     if (!dx.defined()) continue;
     // dcol (C*k*k, nc*OH*OW) = W^T (C*k*k, OC) * dY' (OC, nc*OH*OW), then back to images.
-    k.gemm(dcol_.f32(), wt, dyt, ckk, nc * ohw, out_, true, false, 1.f, 0.f);
+    if (bf16_saved_)
+      k.gemm_bf16(dcol_.f32(), bf16_bits(w16_), bf16_bits(dy16), ckk, nc * ohw, out_, true, false, 1.f, 0.f);
+    else
+      k.gemm(dcol_.f32(), wt, dyt, ckk, nc * ohw, out_, true, false, 1.f, 0.f);
     k.col2im_batched_acc(dx.f32() + i0 * chw, dcol_.f32(), nc, in_, h, w, k_, k_, stride_, pad_, oh_, ow_);
   }
   saved_ = false;

@@ -62,6 +62,9 @@ class Conv2d final : public Module {
   Tensor dcol_;      // (C*k*k, chunk_*OH*OW)
   Tensor gemm_out_;  // (OC, chunk_*OH*OW): forward's Y', backward's dY'
   Tensor y_cache_, dx_cache_;
+  // Precision::bf16: forward's weight copy (read by backward), and per-chunk operands.
+  bool bf16_saved_ = false;
+  Tensor w16_, col16_, dy16_;
 };
 
 }  // namespace tandem

@@ -1,12 +1,24 @@
 // Shared layer helpers: shape errors, buffer reuse, device-agnostic initialisation.
 #include "runtime/layers/layer_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
 #include <vector>
 
+#include "runtime/allocator.h"
+
 namespace tandem {
+
+namespace {
+// host[0, n) into elements [at, at + n) of p's value (f32), with no staging tensor.
+void write_values(Parameter& p, const float* host, int64_t at, int64_t n) {
+  if (p.value.dtype() != DType::f32)
+    throw std::logic_error("parameter " + p.name + ": initialised as f32, held as " + dtype_name(p.value.dtype()));
+  device_copy(p.value.f32() + at, p.value.device(), host, Device::cpu(), static_cast<size_t>(n) * sizeof(float));
+}
+}  // namespace
 
 void throw_shape_error(const std::string& kind, const std::string& what, const std::string& expected,
                        const Shape& got) {
@@ -47,15 +59,21 @@ float* grad_ptr(Parameter& p) {
 }
 
 void init_uniform(Parameter& p, uint64_t seed, float bound) {
-  std::vector<float> host(static_cast<size_t>(p.value.numel()));
+  // In chunks of 1M values (the generator's sequence runs on across them): a large
+  // matrix is never held twice, which would raise the process's peak memory at start.
+  const int64_t n = p.value.numel();
+  std::vector<float> host(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 20)));
   auto rng = parameter_rng(seed, p.name);
-  fill_uniform(host, rng, bound);
-  p.value.copy_from(Tensor::from_vector(host, p.value.shape()));
+  for (int64_t at = 0; at < n; at += static_cast<int64_t>(host.size())) {
+    host.resize(static_cast<size_t>(std::min<int64_t>(n - at, static_cast<int64_t>(host.size()))));
+    fill_uniform(host, rng, bound);
+    write_values(p, host.data(), at, static_cast<int64_t>(host.size()));
+  }
 }
 
 void init_constant(Parameter& p, float value) {
   std::vector<float> host(static_cast<size_t>(p.value.numel()), value);
-  p.value.copy_from(Tensor::from_vector(host, p.value.shape()));
+  write_values(p, host.data(), 0, p.value.numel());
 }
 
 void init_normal(Parameter& p, uint64_t seed, float std) {
@@ -67,7 +85,7 @@ void init_normal(Parameter& p, uint64_t seed, float std) {
     host[i] = static_cast<float>(std * r * std::cos(theta));
     if (i + 1 < host.size()) host[i + 1] = static_cast<float>(std * r * std::sin(theta));
   }
-  p.value.copy_from(Tensor::from_vector(host, p.value.shape()));
+  write_values(p, host.data(), 0, p.value.numel());
 }
 
 }  // namespace tandem

@@ -28,7 +28,8 @@ class Linear final : public Module {
   int64_t in_, out_;
   Parameter* weight_;          // (out, in)
   Parameter* bias_ = nullptr;  // (out), absent when bias = false
-  Tensor x_;                   // (rows, in) saved by forward, released by backward
+  Tensor x_;                   // (rows, in) saved by forward, released by backward (bf16 under bf16)
+  Tensor w16_, x16_, dy16_;    // bf16 operands under Precision::bf16 (runtime/layers/autocast.h)
   Tensor y_cache_, dx_cache_;  // reused across steps when nobody else holds them
 };
 

@@ -2,6 +2,7 @@
 #include "runtime/layers/tied_linear.h"
 
 #include "runtime/kernels.h"
+#include "runtime/layers/autocast.h"
 #include "runtime/layers/layer_util.h"
 
 namespace tandem {
@@ -18,8 +19,15 @@ Tensor TiedLinear::forward(const Tensor& x) {
   const int64_t rows = x.numel() / in;
   Tensor y = reuse_buffer(y_cache_, {rows, out}, device);
   // y (rows, out) = x (rows, in) * W^T (in, out)
-  kernels_for(device).gemm(y.f32(), x.f32(), weight_.value.f32(), rows, out, in, false, true, 1.f, 0.f);
-  if (training_) x_ = x;
+  if (precision_ == Precision::bf16) {
+    const Tensor x16 = to_bf16(x16_, x);
+    const Tensor w16 = to_bf16(w16_, weight_.value);  // backward reuses it: same weights
+    kernels_for(device).gemm_bf16(y.f32(), bf16_bits(x16), bf16_bits(w16), rows, out, in, false, true, 1.f, 0.f);
+    if (training_) x_ = x16;
+  } else {
+    kernels_for(device).gemm(y.f32(), x.f32(), weight_.value.f32(), rows, out, in, false, true, 1.f, 0.f);
+    if (training_) x_ = x;
+  }
   return y;
 }
 
@@ -31,11 +39,17 @@ Tensor TiedLinear::backward(const Tensor& dy) {
   const int64_t rows = x_.numel() / in;
   if (dy.shape() != Shape{rows, out}) throw_shape_error(kind(), "output gradient", shape_str({rows, out}), dy.shape());
   Kernels& k = kernels_for(device);
-  // dW (out, in) += dy^T (out, rows) * x (rows, in)
-  k.gemm(grad_ptr(weight_), dy.f32(), x_.f32(), out, in, rows, true, false, 1.f, 1.f);
   Tensor dx = reuse_buffer(dx_cache_, x_.shape(), device);
-  // dx (rows, in) = dy (rows, out) * W (out, in)
-  k.gemm(dx.f32(), dy.f32(), weight_.value.f32(), rows, in, out, false, false, 1.f, 0.f);
+  if (x_.dtype() == DType::bf16) {
+    const Tensor dy16 = to_bf16(dy16_, dy);
+    k.gemm_bf16(grad_ptr(weight_), bf16_bits(dy16), bf16_bits(x_), out, in, rows, true, false, 1.f, 1.f);
+    k.gemm_bf16(dx.f32(), bf16_bits(dy16), bf16_bits(w16_), rows, in, out, false, false, 1.f, 0.f);
+  } else {
+    // dW (out, in) += dy^T (out, rows) * x (rows, in)
+    k.gemm(grad_ptr(weight_), dy.f32(), x_.f32(), out, in, rows, true, false, 1.f, 1.f);
+    // dx (rows, in) = dy (rows, out) * W (out, in)
+    k.gemm(dx.f32(), dy.f32(), weight_.value.f32(), rows, in, out, false, false, 1.f, 0.f);
+  }
   x_ = Tensor();
   return dx;
 }

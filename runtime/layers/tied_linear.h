@@ -26,8 +26,9 @@ class TiedLinear final : public Module {
 
  private:
   Parameter& weight_;
-  Tensor x_;
+  Tensor x_;  // bf16 under Precision::bf16
   Tensor y_cache_, dx_cache_;
+  Tensor w16_, x16_, dy16_;  // bf16 operands (runtime/layers/autocast.h)
 };
 
 }  // namespace tandem

@@ -10,14 +10,42 @@
 namespace tandem {
 
 Optimizer::Optimizer(OptimizerConfig config, std::vector<Parameter*> params)
-    : config_(config), params_(std::move(params)) {}
+    : config_(config), params_(std::move(params)) {
+  for (size_t i = 0; i < params_.size(); ++i) ranges_.push_back({i, 0, params_[i]->value.numel()});
+}
+
+Optimizer::Optimizer(OptimizerConfig config, std::vector<Parameter*> params, std::vector<ParamRange> ranges)
+    : config_(config), params_(std::move(params)), ranges_(std::move(ranges)), sharded_(true) {
+  for (const ParamRange& r : ranges_)
+    if (r.param >= params_.size() || r.first < 0 || r.count < 0 || r.first + r.count > params_[r.param]->value.numel())
+      throw std::invalid_argument("optimizer: a range outside its parameter");
+}
 
 void Optimizer::add_slot(const std::string& slot) {
   slot_names_.push_back(slot);
   std::vector<Tensor> tensors;
-  for (Parameter* p : params_)
-    tensors.push_back(Tensor::zeros(p->value.shape(), DType::f32, p->value.device()));
+  if (!sharded_) {
+    for (Parameter* p : params_) tensors.push_back(Tensor::zeros(p->value.shape(), DType::f32, p->value.device()));
+  } else {
+    // One flat tensor per slot; each range's state a view into it.
+    int64_t total = 0;
+    for (const ParamRange& r : ranges_) total += r.count;
+    const Device device = params_.empty() ? Device::cpu() : params_[0]->value.device();
+    Tensor flat = Tensor::zeros({total}, DType::f32, device);
+    int64_t at = 0;
+    for (const ParamRange& r : ranges_) {
+      tensors.push_back(flat.view(at, {r.count}));
+      at += r.count;
+    }
+  }
   slots_.push_back(std::move(tensors));
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& slot : slots_)
+    for (const Tensor& t : slot) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
 }
 
 void Optimizer::step(float lr) {
@@ -25,20 +53,38 @@ void Optimizer::step(float lr) {
   update(lr);
 }
 
+void Optimizer::set_norm_reduction(int64_t parts, int64_t part, std::function<void(Tensor& parts)> gather) {
+  if (parts < 1 || part < 0 || part >= parts) throw std::invalid_argument("optimizer: norm part outside its parts");
+  norm_count_ = parts;
+  norm_part_ = part;
+  gather_norm_ = std::move(gather);
+  norm_parts_ = Tensor();
+}
+
 void Optimizer::clip_gradients() {
+  // A sharded optimizer with no range still takes part in the norm's reduction.
   if (params_.empty()) return;
   const Device device = params_[0]->value.device();
   for (const Parameter* p : params_)
     if (!(p->grad.device() == device))
       throw std::logic_error("clip_grad_norm: parameters on " + device.str() + " and " + p->grad.device().str());
   Kernels& k = kernels_for(device);
-  if (!norm_sq_.defined() || !(norm_sq_.device() == device)) norm_sq_ = Tensor::zeros({1}, DType::f32, device);
-  k.fill(norm_sq_.f32(), 1, 0.0f);
-  for (const Parameter* p : params_) k.sum_squares_acc(norm_sq_.f32(), p->grad.f32(), p->grad.numel());
-  for (const Parameter* p : params_) k.clip_scale(p->grad.f32(), p->grad.numel(), norm_sq_.f32(), config_.clip_grad_norm);
+  static_assert(sizeof(double) == sizeof(int64_t));
+  if (!norm_parts_.defined() || !(norm_parts_.device() == device))
+    norm_parts_ = Tensor::zeros({norm_count_}, DType::i64, device);
+  double* parts = static_cast<double*>(norm_parts_.raw());
+  k.fill(static_cast<float*>(norm_parts_.raw()), 2 * norm_count_, 0.0f);  // all bits zero: 0.0 in every part
+  for (const ParamRange& r : ranges_)
+    k.sum_squares_acc(parts + norm_part_, params_[r.param]->grad.f32() + r.first, r.count);
+  if (gather_norm_) gather_norm_(norm_parts_);
+  for (const ParamRange& r : ranges_)
+    k.clip_scale(params_[r.param]->grad.f32() + r.first, r.count, parts, norm_count_, config_.clip_grad_norm);
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  if (sharded_)
+    throw std::logic_error("the optimizer's state is sharded (ZeRO): this rank holds part of it only; "
+                           "Strategy::with_full_optimizer gives every parameter's full state");
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < params_.size(); ++i)
     for (size_t s = 0; s < slot_names_.size(); ++s)
@@ -50,16 +96,19 @@ namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(OptimizerConfig c, std::vector<Parameter*> p) : Optimizer(c, std::move(p)) {
+  template <typename... Ranges>
+  Sgd(OptimizerConfig c, std::vector<Parameter*> p, Ranges&&... ranges)
+      : Optimizer(c, std::move(p), std::forward<Ranges>(ranges)...) {
     if (config_.momentum != 0.0f) add_slot("momentum_buffer");
   }
   const char* name() const override { return "sgd"; }
   void update(float lr) override {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Parameter& p = *params_[i];
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      const ParamRange& r = ranges_[i];
+      Parameter& p = *params_[r.param];
       float* buf = config_.momentum != 0.0f ? slot(i, 0).f32() : nullptr;
       kernels_for(p.value.device())
-          .sgd_update(p.value.f32(), buf, p.grad.f32(), p.value.numel(), lr, config_.momentum,
+          .sgd_update(p.value.f32() + r.first, buf, p.grad.f32() + r.first, r.count, lr, config_.momentum,
                       config_.weight_decay, config_.nesterov, steps_ == 0);
     }
     ++steps_;
@@ -68,19 +117,23 @@ class Sgd final : public Optimizer {
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(OptimizerConfig c, std::vector<Parameter*> p) : Optimizer(c, std::move(p)) {
+  template <typename... Ranges>
+  AdamW(OptimizerConfig c, std::vector<Parameter*> p, Ranges&&... ranges)
+      : Optimizer(c, std::move(p), std::forward<Ranges>(ranges)...) {
     add_slot("exp_avg");
     add_slot("exp_avg_sq");
   }
   const char* name() const override { return "adamw"; }
   void update(float lr) override {
     ++steps_;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Parameter& p = *params_[i];
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      const ParamRange& r = ranges_[i];
+      Parameter& p = *params_[r.param];
+      // By the parameter's shape, not the range's: a shard of a matrix is still decayed.
       const float decay = p.value.ndim() >= 2 ? config_.weight_decay : 0.0f;
       kernels_for(p.value.device())
-          .adamw_update(p.value.f32(), slot(i, 0).f32(), slot(i, 1).f32(), p.grad.f32(),
-                        p.value.numel(), lr, config_.beta1, config_.beta2, config_.eps, decay, steps_);
+          .adamw_update(p.value.f32() + r.first, slot(i, 0).f32(), slot(i, 1).f32(), p.grad.f32() + r.first,
+                        r.count, lr, config_.beta1, config_.beta2, config_.eps, decay, steps_);
     }
   }
 };
@@ -91,6 +144,15 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::ve
   switch (config.kind) {
     case OptimizerKind::sgd: return std::make_unique<Sgd>(config, std::move(params));
     case OptimizerKind::adamw: return std::make_unique<AdamW>(config, std::move(params));
+  }
+  throw std::invalid_argument("unknown optimizer kind");
+}
+
+std::unique_ptr<Optimizer> make_sharded_optimizer(const OptimizerConfig& config, std::vector<Parameter*> params,
+                                                  std::vector<ParamRange> ranges) {
+  switch (config.kind) {
+    case OptimizerKind::sgd: return std::make_unique<Sgd>(config, std::move(params), std::move(ranges));
+    case OptimizerKind::adamw: return std::make_unique<AdamW>(config, std::move(params), std::move(ranges));
   }
   throw std::invalid_argument("unknown optimizer kind");
 }

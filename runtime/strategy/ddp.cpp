@@ -40,7 +40,25 @@ DdpStrategy::DdpStrategy(std::unique_ptr<Model> model, const OptimizerConfig& op
   model_->set_grad_ready_hook([this](Parameter& p) {
     if (sync_) reducer_->mark_ready(p);
   });
-  optimizer_ = make_optimizer(optim, model_->parameters());
+  if (reducer_options.zero_stage > 0) {
+    zero_ = std::make_unique<ZeroShards>(model_->parameters(), reducer_->layouts(), group_, optim,
+                                         reducer_options.timeout, tracer_);
+    model_->set_forward_pre_hook([this](Module& layer) { zero_->wait_for(layer); });
+  } else {
+    optimizer_ = make_optimizer(optim, model_->parameters());
+  }
+}
+
+Model& DdpStrategy::model() {
+  if (zero_) zero_->wait_all();  // parameters still being gathered are not readable yet
+  return *model_;
+}
+
+void DdpStrategy::with_full_optimizer(FullState access, const std::function<void(Optimizer&)>& fn) {
+  if (!zero_) return fn(*optimizer_);
+  std::unique_ptr<Optimizer> full = zero_->full_optimizer(access == FullState::read);
+  fn(*full);
+  if (access == FullState::write) zero_->load_from(*full);
 }
 
 void DdpStrategy::check_parameters_match() {
@@ -80,25 +98,31 @@ void DdpStrategy::broadcast_parameters() {
 StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
   // The first K-1 micro-batches accumulate locally (reducer detached: no_sync); the
   // last one's backward feeds the reducer, which overlaps the all-reduce with it.
+  // ZeRO: the parameters' all-gathers of the last step are waited for per layer.
+  if (zero_) zero_->begin_forward();
   StepOutput out = accumulate_micro_batches(*model_, loss_, device_, micro_batches, times, [this](bool last) {
     sync_ = last;
     if (last) reducer_->prepare_for_backward();
   });
   reducer_->finalize_backward(times);
+  if (zero_) zero_->end_forward_backward(times);
   sync_ = false;
   return out;
 }
 
 void DdpStrategy::step(float lr, PhaseTimes& times) {
   Stopwatch sw(kernels_for(device_));
-  optimizer_->step(lr);
+  if (zero_)
+    zero_->step(lr);
+  else
+    optimizer_->step(lr);
   sw.lap(times, &PhaseTimes::optimizer_ms);
 }
 
 EvalResult DdpStrategy::evaluate(BatchSource& loader) {
   // Every rank evaluates the whole set: replicas are identical, so every rank reports
   // the same figures with no extra communication and bit-identical to single mode.
-  return evaluate_model(*model_, loader, device_);
+  return evaluate_model(model(), loader, device_);
 }
 
 double DdpStrategy::global_loss(double local_loss) {
@@ -110,7 +134,7 @@ double DdpStrategy::global_loss(double local_loss) {
 bool DdpStrategy::replicas_identical() {
   const int world = group_->size();
   std::vector<int64_t> sums(world);
-  sums[group_->rank()] = static_cast<int64_t>(std::strtoull(parameter_checksum(*model_).c_str(), nullptr, 16));
+  sums[group_->rank()] = static_cast<int64_t>(std::strtoull(parameter_checksum(model()).c_str(), nullptr, 16));
   host_allgather(*group_, cpu_buffer(sums.data(), world), device_, group_->timeout());
   for (int r = 1; r < world; ++r)
     if (sums[r] != sums[0]) return false;

@@ -7,6 +7,10 @@
 // With --grad-accum K, the first K-1 micro-batches run backward with the reducer
 // detached (gradients accumulate locally in the bucket views), and the K-th
 // synchronises: the result equals one K-times larger batch.
+// With reducer_options.zero_stage = 1 (ZeRO-1, runtime/strategy/zero.h) the optimizer
+// state is sharded: gradients are reduce-scattered, each rank updates its shard and the
+// parameters are all-gathered. After forward_backward only this rank's shard of the
+// gradients is averaged (the rest is unspecified), and model() waits for the gathers.
 #pragma once
 
 #include <memory>
@@ -15,6 +19,7 @@
 #include "runtime/layers/loss.h"
 #include "runtime/strategy/reducer.h"
 #include "runtime/strategy/strategy.h"
+#include "runtime/strategy/zero.h"
 
 namespace tandem {
 
@@ -31,13 +36,16 @@ class DdpStrategy final : public Strategy {
   void step(float lr, PhaseTimes& times) override;
   EvalResult evaluate(BatchSource& loader) override;
   double global_loss(double local_loss) override;
-  Model& model() override { return *model_; }
-  Optimizer& optimizer() override { return *optimizer_; }
+  Model& model() override;
+  Optimizer& optimizer() override { return zero_ ? zero_->optimizer() : *optimizer_; }
+  void with_full_optimizer(FullState access, const std::function<void(Optimizer&)>& fn) override;
+  int zero_stage() const override { return zero_ ? 1 : 0; }
   bool replicas_identical() override;
   std::vector<BucketInfo> buckets() const override { return reducer_->bucket_info(); }
   void barrier() override;
   std::vector<int64_t> per_rank(int64_t local) override;
   Reducer& reducer() { return *reducer_; }
+  ZeroShards* zero() { return zero_.get(); }  // null unless ZeRO
 
  private:
   void check_parameters_match();
@@ -46,7 +54,8 @@ class DdpStrategy final : public Strategy {
   std::unique_ptr<Model> model_;
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<Reducer> reducer_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO (zero_ holds the sharded one)
+  std::unique_ptr<ZeroShards> zero_;
   SoftmaxCrossEntropy loss_;
   Device device_;
   Tracer* tracer_;

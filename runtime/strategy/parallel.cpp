@@ -69,10 +69,16 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
     throw std::invalid_argument("parallelize: devices = " + std::to_string(o.devices) + " needs Mode::dp");
   if (o.mode != Mode::ddp && (o.comm_hook != CommHookKind::none || o.custom_comm_hook))
     throw std::invalid_argument("parallelize: a comm hook needs Mode::ddp");
+  if (o.zero_stage < 0 || o.zero_stage > 1)
+    throw std::invalid_argument("parallelize: zero_stage " + std::to_string(o.zero_stage) +
+                                " is not built (0: off, 1: shard the optimizer state)");
+  if (o.mode != Mode::ddp && o.zero_stage != 0)
+    throw std::invalid_argument("parallelize: zero_stage needs Mode::ddp (it shards the state across processes)");
   set_cpu_threads(o.mode == Mode::dp ? 1 : default_cpu_threads(o.cpu_threads));
   auto build = [&] {
     std::unique_ptr<Model> m = make_model();
     if (!m) throw std::invalid_argument("parallelize: the model factory returned no model");
+    m->set_precision(o.precision);
     return m;
   };
   switch (o.mode) {
@@ -102,6 +108,7 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
       ro.hook = o.comm_hook;
       ro.custom_hook = o.custom_comm_hook;
       ro.timeout = o.timeout;
+      ro.zero_stage = o.zero_stage;
       return std::make_unique<DdpStrategy>(build(), optimizer, o.device, std::move(group), ro, tracer);
     }
   }

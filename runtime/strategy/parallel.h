@@ -19,6 +19,7 @@
 #include "collectives/init.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/text.h"
+#include "runtime/precision.h"
 #include "runtime/strategy/comm_hook.h"
 #include "runtime/strategy/strategy.h"
 #include "runtime/trace.h"
@@ -53,13 +54,20 @@ struct ParallelOptions {
   bool find_unused_parameters = false;
   CommHookKind comm_hook = CommHookKind::none;
   CommHookFactory custom_comm_hook;  // a hook of your own (runtime/strategy/comm_hook.h)
+  // ddp: 1 shards the optimizer state across the ranks (ZeRO-1, docs/zero.md): gradients
+  // reduce-scattered, each rank updates its shard, parameters all-gathered. 0: off.
+  int zero_stage = 0;
+  // Matrix-product precision of every replica (runtime/precision.h; docs/precision.md).
+  // Gradients are reduced in bf16 with comm_hook = CommHookKind::bf16.
+  Precision precision = Precision::fp32;
 };
 
 using ModelFactory = std::function<std::unique_ptr<Model>()>;
 
 // Builds the strategy: calls make_model once per replica this process holds (each call
 // must build the same model from the same seed). Throws std::invalid_argument for
-// options that do not fit the mode (devices > 1 outside dp, a comm hook outside ddp).
+// options that do not fit the mode (devices > 1 outside dp, a comm hook or zero_stage
+// outside ddp, zero_stage other than 0 or 1, or with a comm hook).
 std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const OptimizerConfig& optimizer,
                                       const ParallelOptions& options, Tracer* tracer = nullptr);
 

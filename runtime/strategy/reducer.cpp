@@ -21,6 +21,13 @@ Reducer::Reducer(std::vector<Parameter*> params, std::shared_ptr<ProcessGroup> g
                  Tracer* tracer)
     : params_(std::move(params)), group_(std::move(group)), options_(options),
       tracer_(tracer && tracer->enabled() ? tracer : nullptr) {
+  if (options_.zero_stage < 0 || options_.zero_stage > 1)
+    throw std::invalid_argument("ZeRO stage " + std::to_string(options_.zero_stage) +
+                                " is not built (0: off, 1: shard the optimizer state)");
+  if (options_.zero_stage > 0 && (options_.hook != CommHookKind::none || options_.custom_hook))
+    throw std::invalid_argument("ZeRO-1 reduce-scatters the gradients itself: it takes no comm hook");
+  if (options_.zero_stage > 0 && !options_.communicate)
+    throw std::invalid_argument("ZeRO-1 needs gradient communication (each rank updates only its shard)");
   for (size_t i = 0; i < params_.size(); ++i) index_of_[params_[i]] = i;
   std::vector<size_t> reverse(params_.size());
   std::iota(reverse.rbegin(), reverse.rend(), size_t{0});
@@ -74,18 +81,34 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       bucket_of_[idx] = b;
     }
     const Tensor& first = params_[groups[b].front()]->value;
-    bucket.flat = Tensor::zeros({numel}, first.dtype(), first.device());
+    bucket.numel = numel;
+    // ZeRO: equal shards for the reduce-scatter; the last rank's shard ends in padding.
+    const int64_t world = group_->size();
+    const int64_t padded = options_.zero_stage > 0 ? (numel + world - 1) / world * world : numel;
+    // Filled one gradient at a time, each old one released as soon as it is copied, so
+    // that at most one parameter's gradient is held twice (not the whole model's): the
+    // buffer's untouched pages are not resident yet.
+    bucket.flat = Tensor::empty({padded}, first.dtype(), first.device());
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       Parameter& p = *params_[bucket.params[j]];
       Tensor view = bucket.flat.view(bucket.offsets[j], p.value.shape());
-      if (p.grad.defined()) view.copy_from(p.grad);
+      view.copy_from(p.grad.defined() ? p.grad : Tensor::zeros(p.value.shape(), first.dtype(), first.device()));
       p.grad = view;
     }
+    if (padded > numel)
+      bucket.flat.view(numel, {padded - numel}).copy_from(Tensor::zeros({padded - numel}, first.dtype(), first.device()));
     const bool direct = group_->takes(bucket.flat.device());
+    bucket.pending = bucket.params.size();
+    if (options_.zero_stage > 0) {
+      if (!direct)
+        throw std::invalid_argument("ZeRO needs a backend that takes the bucket's device directly (" +
+                                    bucket.flat.device().str() + " on " + group_->backend_name() +
+                                    "): on a GPU, nccl");
+      continue;  // reduce-scattered by launch(), no hook
+    }
     bucket.hook = options_.custom_hook ? options_.custom_hook(bucket.flat, direct)
                                        : make_comm_hook(options_.hook, bucket.flat, direct);
     if (!bucket.hook) throw std::invalid_argument("DDP: the custom comm hook factory returned no hook");
-    bucket.pending = bucket.params.size();
   }
   buckets_ = std::move(buckets);
   next_launch_ = 0;
@@ -97,6 +120,9 @@ void Reducer::prepare_for_backward() {
   for (Bucket& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
+    // ZeRO: the padding joins the reduce-scatter; keep it zero (a few elements).
+    if (b.flat.numel() > b.numel)
+      kernels_for(b.flat.device()).fill(b.flat.f32() + b.numel, b.flat.numel() - b.numel, 0.f);
   }
   next_launch_ = 0;
 }
@@ -125,7 +151,8 @@ void Reducer::launch(size_t i) {
   Bucket& b = buckets_[i];
   if (!options_.communicate) return;
   b.launched_at = Tracer::Clock::now();
-  b.work = b.hook->launch(*group_, b.flat);
+  b.work = options_.zero_stage > 0 ? group_->reduce_scatter(buffer_of(b.flat), ReduceOp::avg)
+                                   : b.hook->launch(*group_, b.flat);
 }
 
 std::string Reducer::missing_report() const {
@@ -171,12 +198,13 @@ void Reducer::finalize_backward(PhaseTimes& times) {
     // When the op really finished (it may have been long before this wait), where the
     // backend knows it; else when the wait saw it.
     const auto done = b.work->completed_at().value_or(Tracer::Clock::now());
-    b.hook->finish(b.flat);
+    if (b.hook) b.hook->finish(b.flat);
     if (!any || b.launched_at < first_launch) first_launch = b.launched_at;
     if (!any || done > last_done) last_done = done;
     any = true;
     if (tracer_)
-      tracer_->add("allreduce bucket " + std::to_string(i) + " (" + std::to_string(b.flat.nbytes()) + " B)",
+      tracer_->add((options_.zero_stage > 0 ? "reduce-scatter bucket " : "allreduce bucket ") + std::to_string(i) +
+                       " (" + std::to_string(b.flat.nbytes()) + " B)",
                    Tracer::comm, b.launched_at, done);
   }
   auto t1 = Tracer::Clock::now();
@@ -189,6 +217,9 @@ void Reducer::finalize_backward(PhaseTimes& times) {
 
 void Reducer::rebuild_from_rank0_order() {
   rebuilt_ = true;
+  // ZeRO lays the optimizer's shards along the buckets, and only this rank's shard of
+  // the gradients exists now: the buckets stay as built.
+  if (options_.zero_stage > 0) return;
   // Nothing to order (a model without parameters; every rank agrees, DDP checked that),
   // and params_.front() below would not exist.
   if (params_.empty()) return;
@@ -218,7 +249,13 @@ void Reducer::rebuild_from_rank0_order() {
 std::vector<BucketInfo> Reducer::bucket_info() const {
   std::vector<BucketInfo> out;
   for (const Bucket& b : buckets_)
-    out.push_back({static_cast<int64_t>(b.flat.nbytes()), static_cast<int64_t>(b.params.size())});
+    out.push_back({b.numel * static_cast<int64_t>(dtype_size(b.flat.dtype())), static_cast<int64_t>(b.params.size())});
+  return out;
+}
+
+std::vector<BucketLayout> Reducer::layouts() const {
+  std::vector<BucketLayout> out;
+  for (const Bucket& b : buckets_) out.push_back({b.params, b.offsets, b.numel, b.flat.numel()});
   return out;
 }
 

@@ -16,6 +16,12 @@
 //     when backward ends, is an error naming the parameters — never a hang;
 //   - after the first synchronised backward the buckets are rebuilt in the order
 //     gradients actually became ready on rank 0 (broadcast, so all ranks agree).
+//
+// ZeRO-1 (options.zero_stage = 1, docs/zero.md): each bucket's buffer is padded to a
+// multiple of the world size W and reduce-scattered (average) instead of all-reduced, so
+// after finalize_backward rank r holds the averaged gradients of its shard, elements
+// [r*S, (r+1)*S) of every bucket (S = padded size / W), and the rest of the buffer is
+// unspecified. The buckets are never rebuilt: the optimizer state is laid out along them.
 #pragma once
 
 #include <chrono>
@@ -44,6 +50,16 @@ struct ReducerOptions {
   // must do). When set, each bucket gets custom_hook(flat, direct) instead of `hook`.
   CommHookFactory custom_hook;
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  // 1: reduce-scatter instead of all-reduce (ZeRO-1; no comm hooks, no rebuild). 0: off.
+  int zero_stage = 0;
+};
+
+// One bucket as ZeRO lays its shards along it.
+struct BucketLayout {
+  std::vector<size_t> params;    // parameter indices, in bucket order
+  std::vector<int64_t> offsets;  // element offset of each in the bucket
+  int64_t numel = 0;             // elements of the parameters
+  int64_t padded = 0;            // elements of the buffer: numel rounded up to a multiple of W under ZeRO
 };
 
 class Reducer {
@@ -64,13 +80,16 @@ class Reducer {
   std::vector<BucketInfo> bucket_info() const;
   // Parameter indices (registration order) of each bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_layout() const;
+  // Each bucket's parameters, offsets and sizes, in launch order.
+  std::vector<BucketLayout> layouts() const;
   bool rebuilt() const { return rebuilt_; }
 
  private:
   struct Bucket {
-    Tensor flat;                  // (numel) gradients of its parameters, back to back
+    Tensor flat;                  // (padded) gradients of its parameters, back to back
     std::vector<size_t> params;   // indices into params_
     std::vector<int64_t> offsets; // element offset of each parameter in flat
+    int64_t numel = 0;            // elements of the parameters; flat's tail past it is padding
     size_t pending = 0;           // parameters not yet ready in this backward
     std::unique_ptr<CommHook> hook;
     std::shared_ptr<Work> work;

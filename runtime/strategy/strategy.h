@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -97,6 +98,12 @@ struct BucketInfo {
   int64_t parameters = 0;
 };
 
+// What with_full_optimizer's function does with the full state.
+enum class FullState {
+  read,   // reads it (saving a checkpoint)
+  write,  // fills it (loading a checkpoint); it then replaces the strategy's state
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -136,6 +143,14 @@ class Strategy {
   // Restores layer counters (Model::counters) on every replica this process holds.
   virtual void set_counters(const std::map<std::string, uint64_t>& counters) { model().set_counters(counters); }
   virtual Optimizer& optimizer() = 0;
+  // Calls fn with an optimizer in a plain run's layout (every parameter's full state, the
+  // layout checkpoints hold): optimizer() itself, except under ZeRO (zero_stage() > 0),
+  // where the state is sharded across ranks: then fn gets a full copy, gathered from
+  // every rank for `read`, zeroed for `write` and scattered back into the shards after fn
+  // returns. A collective under ZeRO: call it on every rank.
+  virtual void with_full_optimizer(FullState access, const std::function<void(Optimizer&)>& fn) { fn(optimizer()); }
+  // 1 when each rank holds only its shard of the optimizer state (ZeRO-1), else 0.
+  virtual int zero_stage() const { return 0; }
   // True when every replica holds bit-identical parameters (DDP all-gathers checksums).
   virtual bool replicas_identical() { return true; }
   virtual std::vector<BucketInfo> buckets() const { return {}; }

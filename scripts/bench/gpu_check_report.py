@@ -132,6 +132,10 @@ def main():
         "tandem_peak_device_memory_mb": by_name.get("gpt-b64", {}).get("peak_device_memory_mb"),
         "torch_peak_device_memory_mb": torch_gpt.get("peak_device_memory_mb"),
         "tandem_test_loss": by_name.get("gpt-b64", {}).get("test_loss"), "torch": torch_gpt.get("torch"),
+        # --precision bf16 (step gpt-b64-bf16) against the fp32 runs above
+        "bf16_tokens_per_s": by_name.get("gpt-b64-bf16", {}).get("tokens_per_s"),
+        "bf16_peak_device_memory_mb": by_name.get("gpt-b64-bf16", {}).get("peak_device_memory_mb"),
+        "bf16_test_loss": by_name.get("gpt-b64-bf16", {}).get("test_loss"),
     }
     targets = {
         "mlp_accuracy": mlp_acc,
@@ -179,6 +183,9 @@ def main():
           f"({gpt['torch'] or '-'})  ratio {fmt(gpt['tandem_over_torch'], '.2f')}  DDP 1 rank / single "
           f"{fmt(gpt['ddp_1rank_over_single'], '.3f')}  peak MiB tandem {fmt(gpt['tandem_peak_device_memory_mb'])} "
           f"pytorch {fmt(gpt['torch_peak_device_memory_mb'])}")
+    print(f"  --precision bf16: tokens/s {fmt(gpt['bf16_tokens_per_s'])} (fp32 {fmt(gpt['tandem_tokens_per_s'])}), "
+          f"peak MiB {fmt(gpt['bf16_peak_device_memory_mb'])} (fp32 {fmt(gpt['tandem_peak_device_memory_mb'])}), "
+          f"test loss {fmt(gpt['bf16_test_loss'], '.4f')} (fp32 {fmt(gpt['tandem_test_loss'], '.4f')})")
     print()
     print(f"targets: mlp accuracy {fmt(mlp_acc, '.4f')} (>= {TARGET_MLP_ACCURACY}: {fmt(targets['mlp_accuracy_met'])}); "
           f"DDP 1 rank / single = {fmt(ddp_ratio, '.3f')} (>= {1 - TARGET_DDP_SLOWDOWN}: "

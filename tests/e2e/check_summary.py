@@ -7,7 +7,8 @@ import sys
 KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "parameters", "steps",
         "global_batch", "samples_per_s", "step_ms", "forward_ms", "backward_ms", "comm_ms",
         "exposed_comm_ms", "optimizer_ms", "final_train_loss", "test_loss", "test_accuracy",
-        "param_checksum", "replicas_identical", "buckets"]
+        "param_checksum", "replicas_identical", "buckets", "precision", "grad_reduce_dtype", "bf16_gemm",
+        "zero", "optimizer_state_mb_per_rank"]
 
 
 def fail(msg):
@@ -23,6 +24,14 @@ def main():
     p.add_argument("--other-checksum")
     p.add_argument("--mode")
     p.add_argument("--steps", type=int)
+    # mixed precision (docs/precision.md); --bf16-gemm none: the key is null (fp32 runs)
+    p.add_argument("--precision")
+    p.add_argument("--grad-reduce-dtype")
+    p.add_argument("--bf16-gemm")
+    p.add_argument("--max-test-loss", type=float)
+    p.add_argument("--replicas-identical", action="store_true")
+    p.add_argument("--accuracy-near", nargs=2, metavar=("SUMMARY", "TOL"))
+    p.add_argument("--loss-near", nargs=2, metavar=("SUMMARY", "TOL"))
     a = p.parse_args()
     s = json.load(open(a.summary))
     for k in KEYS:
@@ -35,12 +44,34 @@ def main():
         fail("samples_per_s not positive")
     if len(s["param_checksum"]) != 16:
         fail("param_checksum is not 16 hex digits")
+    if s["zero"] not in (0, 1) or (s["zero"] == 1 and s["mode"] != "ddp"):
+        fail(f"zero {s['zero']} in mode {s['mode']}")
+    state = s["optimizer_state_mb_per_rank"]
+    if len(state) != s["world_size"] or not all(v >= 0 for v in state):
+        fail(f"optimizer_state_mb_per_rank {state} is not one size per rank of {s['world_size']}")
+    if s["zero"] == 0 and len(set(state)) > 1:
+        fail(f"optimizer_state_mb_per_rank {state}: every rank of a plain run holds the whole state")
     if a.mode and s["mode"] != a.mode:
         fail(f"mode {s['mode']} != {a.mode}")
     if a.steps is not None and s["steps"] != a.steps:
         fail(f"steps {s['steps']} != {a.steps}")
     if a.min_accuracy is not None and not (s["test_accuracy"] or 0) >= a.min_accuracy:
         fail(f"test_accuracy {s['test_accuracy']} < {a.min_accuracy}")
+    if a.precision and s["precision"] != a.precision:
+        fail(f"precision {s['precision']} != {a.precision}")
+    if a.grad_reduce_dtype and s["grad_reduce_dtype"] != a.grad_reduce_dtype:
+        fail(f"grad_reduce_dtype {s['grad_reduce_dtype']} != {a.grad_reduce_dtype}")
+    if a.bf16_gemm and s["bf16_gemm"] != (None if a.bf16_gemm == "none" else a.bf16_gemm):
+        fail(f"bf16_gemm {s['bf16_gemm']} != {a.bf16_gemm}")
+    if a.max_test_loss is not None and not (s["test_loss"] is not None and s["test_loss"] <= a.max_test_loss):
+        fail(f"test_loss {s['test_loss']} > {a.max_test_loss}")
+    for opt, key in ((a.accuracy_near, "test_accuracy"), (a.loss_near, "test_loss")):
+        if opt:
+            other = json.load(open(opt[0]))[key]
+            if s[key] is None or other is None or abs(s[key] - other) > float(opt[1]):
+                fail(f"{key} {s[key]} is not within {opt[1]} of {other} ({opt[0]})")
+    if a.replicas_identical and not s["replicas_identical"]:
+        fail("DDP replicas are not identical")
     if a.same_checksum:
         other = json.load(open(a.same_checksum))["param_checksum"]
         if other != s["param_checksum"]:

@@ -15,5 +15,20 @@ expect 2 "--mode" -- "$T" --mode hybrid
 expect 2 "--devices needs --mode dp" -- "$T" --devices 2
 expect 1 "no CUDA GPU is visible" -- "$T" --device cuda --data synthetic --synthetic-train 256 --max-steps 1
 expect 2 "--backend nccl needs --device cuda" -- "$T" --mode ddp --backend nccl
+expect 2 "--zero 2 is not built" -- "$T" --mode ddp --zero 2
+expect 2 "--zero -1 is not built" -- "$T" --mode ddp --zero -1
+expect 2 "--zero 1 needs --mode ddp" -- "$T" --zero 1
+expect 2 "--zero 1 needs --mode ddp" -- "$T" --zero 1 --mode dp --devices 2
+expect 2 "--zero" -- "$T" --mode ddp --zero one
+expect 2 "takes no --comm-hook fp16" -- "$T" --mode ddp --zero 1 --comm-hook fp16
+expect 2 "cannot run with --no-comm" -- "$T" --mode ddp --zero 1 --no-comm
+expect 2 "--zero 1 with --device cuda needs --backend nccl" -- "$T" --mode ddp --zero 1 --device cuda --backend gloo
+expect 2 "--precision: fp8 not in {fp32,bf16}" -- "$T" --precision fp8
+expect 2 "--grad-reduce-dtype: x not in {fp32,bf16}" -- "$T" --mode ddp --grad-reduce-dtype x
+expect 2 "--grad-reduce-dtype bf16 needs --mode ddp" -- "$T" --grad-reduce-dtype bf16
+expect 2 "--grad-reduce-dtype bf16 contradicts --comm-hook fp16" -- "$T" --mode ddp --grad-reduce-dtype bf16 --comm-hook fp16
+expect 2 "--grad-reduce-dtype fp32 contradicts --comm-hook bf16" -- "$T" --mode ddp --grad-reduce-dtype fp32 --comm-hook bf16
+expect 0 "--precision" -- "$T" --help
+expect 0 "--zero" -- "$T" --help
 expect 0 "--batch-size" -- "$T" --help
 finish

@@ -61,6 +61,10 @@ class EmulatedKernels final : public Kernels {
             float alpha, float beta) override {
     cpu_.gemm(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta);
   }
+  void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
+                 float alpha, float beta) override {
+    cpu_.gemm_bf16(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta);
+  }
   void fill(float* x, int64_t n, float v) override { cpu_.fill(host_ptr(x), n, v); }
   void copy(float* d, const float* s, int64_t n) override { cpu_.copy(host_ptr(d), host_ptr(s), n); }
   void scale(float* x, int64_t n, float a) override { cpu_.scale(host_ptr(x), n, a); }
@@ -154,11 +158,11 @@ class EmulatedKernels final : public Kernels {
   void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) override {
     cpu_.gelu_tanh_backward(host_ptr(dx), host_ptr(dy), host_ptr(x), n);
   }
-  void sum_squares_acc(float* out, const float* x, int64_t n) override {
+  void sum_squares_acc(double* out, const float* x, int64_t n) override {
     cpu_.sum_squares_acc(host_ptr(out), host_ptr(x), n);
   }
-  void clip_scale(float* x, int64_t n, const float* sum_sq, float max_norm) override {
-    cpu_.clip_scale(host_ptr(x), n, host_ptr(sum_sq), max_norm);
+  void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm) override {
+    cpu_.clip_scale(host_ptr(x), n, host_ptr(sum_sq), parts, max_norm);
   }
   void sgd_update(float* p, float* buf, const float* g, int64_t n, float lr, float momentum, float wd, bool nesterov,
                   bool first) override {

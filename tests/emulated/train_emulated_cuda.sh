@@ -42,6 +42,12 @@ for dev in cpu cuda; do
     --summary-json "$TMP/gptdp-$dev.json"
   expect 0 "done:" -- "${MPI[@]}" "$E" "${GPT[@]}" --device "$dev" --mode ddp --backend mpi --batch-size 4 \
     --summary-json "$TMP/gptddp-$dev.json"
+  # bf16 matrix products (docs/precision.md): bf16 operand buffers on the device, DP's
+  # replicas built with the precision, the GPT's nested layers and tied LM head.
+  expect 0 "done:" -- "$E" "${GPT[@]}" --device "$dev" --batch-size 8 --precision bf16 \
+    --summary-json "$TMP/gptbf16-$dev.json"
+  expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --mode dp --devices 2 --precision bf16 \
+    --summary-json "$TMP/dpbf16-$dev.json"
 done
 # The plain tandem-train on the CPU agrees with the emulated build's CPU run.
 expect 0 "done:" -- "$T" "${COMMON[@]}" --summary-json "$TMP/single-real.json"
@@ -81,7 +87,7 @@ expect 0 "emulated ok" -- python3 - "$TMP" <<'PY'
 import json, sys
 d = sys.argv[1]
 s = lambda k: json.load(open(f"{d}/{k}.json"))
-for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gptdp", "gptddp"):
+for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gptdp", "gptddp", "gptbf16", "dpbf16"):
     cpu, gpu = s(f"{k}-cpu"), s(f"{k}-cuda")
     if k == "cnn":  # Conv2d batches images per GEMM on a GPU, one image on the CPU: other roundings
         for f in ("final_train_loss", "test_loss"):
@@ -93,6 +99,9 @@ for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gp
     assert cpu.get("peak_device_memory_mb") in (None, 0), (k, cpu.get("peak_device_memory_mb"))
 for k in ("mpi", "gloo", "buckets", "cnn", "gptddp"):
     assert s(f"{k}-cuda")["replicas_identical"] is True, k
+for k in ("gptbf16", "dpbf16"):
+    assert s(f"{k}-cuda")["bf16_gemm"] == "cublas" and s(f"{k}-cpu")["bf16_gemm"] in ("native", "fallback"), k
+    assert s(f"{k}-cpu")["param_checksum"] != s(k.replace("bf16", "") + "-cpu")["param_checksum"], k
 assert len(s("buckets-cuda")["buckets"]) > len(s("gloo-cuda")["buckets"]), "a smaller cap, more buckets"
 assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
 # DDP(2) with batch 32 per rank sees what DP(2) over 64 does; the shared GPU changes nothing.

@@ -119,30 +119,48 @@ TEST_F(CudaTransformerKernels, GeluTanhMatchesCpu) {
   expect_close(download(gdx), dx, 1e-5, 2e-6, "gelu_tanh_backward");
 }
 
+// The kernels' double accumulators, as i64 tensors (Tensor has no f64; the bits are a double's).
+Tensor upload_f64(const std::vector<double>& v) {
+  std::vector<int64_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(double));
+  return upload<int64_t>(bits, DType::i64);
+}
+double download_f64(const Tensor& t) {
+  const auto bits = download<int64_t>(t);
+  double d;
+  std::memcpy(&d, bits.data(), sizeof d);
+  return d;
+}
+
 TEST_F(CudaTransformerKernels, SumSquaresMatchesCpuAndIsDeterministic) {
   for (int64_t n : {int64_t{1}, int64_t{1000}, (int64_t{1} << 20) + 3, int64_t{5} << 20}) {
     const auto x = randn(static_cast<size_t>(n), 40, 0.1f);
-    float want = 0.25f;
+    double want = 0.25;
     cpu_k().sum_squares_acc(&want, x.data(), n);
-    Tensor gx = upload(x), gout = upload(std::vector<float>{0.25f});
-    gpu_k().sum_squares_acc(gout.f32(), gx.f32(), n);
-    const auto first = download(gout);
-    expect_ulps(first, {want}, 1, "sum_squares_acc n=" + std::to_string(n));
-    Tensor again = upload(std::vector<float>{0.25f});
-    gpu_k().sum_squares_acc(again.f32(), gx.f32(), n);
-    expect_bitwise(download(again), first, "sum_squares_acc rerun n=" + std::to_string(n));
+    Tensor gx = upload(x), gout = upload_f64({0.25});
+    gpu_k().sum_squares_acc(static_cast<double*>(gout.raw()), gx.f32(), n);
+    const double first = download_f64(gout);
+    // Both sum in double, in other orders: the float of the sum within 1 ulp.
+    expect_ulps({static_cast<float>(first)}, {static_cast<float>(want)}, 1, "sum_squares_acc n=" + std::to_string(n));
+    Tensor again = upload_f64({0.25});
+    gpu_k().sum_squares_acc(static_cast<double*>(again.raw()), gx.f32(), n);
+    const double rerun = download_f64(again);
+    EXPECT_EQ(0, std::memcmp(&first, &rerun, sizeof first)) << "sum_squares_acc rerun n=" << n;
   }
 }
 
 TEST_F(CudaTransformerKernels, ClipScaleIsExact) {
   const int64_t n = 70001;
   const auto x = randn(static_cast<size_t>(n), 50);
-  for (float sum_sq : {0.f, 3.99f, 4.f, 100.f, 12345.6f}) {  // max_norm 2: untouched, then scaled
+  // max_norm 2: untouched, then scaled; the last two as parts added in order (ZeRO's ranks).
+  const std::vector<std::vector<double>> cases = {{0.0}, {3.99}, {4.0}, {100.0}, {12345.6}, {1.5, 98.5}, {1e-3, 7.0, 2.5}};
+  for (const auto& sum_sq : cases) {
     std::vector<float> want = x;
-    cpu_k().clip_scale(want.data(), n, &sum_sq, 2.f);
-    Tensor gx = upload(x), gs = upload(std::vector<float>{sum_sq});
-    gpu_k().clip_scale(gx.f32(), n, gs.f32(), 2.f);
-    expect_bitwise(download(gx), want, "clip_scale sum_sq=" + std::to_string(sum_sq));
+    const int64_t parts = static_cast<int64_t>(sum_sq.size());
+    cpu_k().clip_scale(want.data(), n, sum_sq.data(), parts, 2.f);
+    Tensor gx = upload(x), gs = upload_f64(sum_sq);
+    gpu_k().clip_scale(gx.f32(), n, static_cast<const double*>(gs.raw()), parts, 2.f);
+    expect_bitwise(download(gx), want, "clip_scale sum_sq=" + std::to_string(sum_sq[0]) + " parts " + std::to_string(parts));
   }
 }
 

@@ -322,55 +322,67 @@ TEST(TransformerKernels, GeluTanhGradcheck) {
 // --- gradient clipping ------------------------------------------------------------------
 
 TEST(TransformerKernels, SumSquaresAccumulatesExactly) {
-  float out = 0.5f;
+  double out = 0.5;
   const std::vector<float> x = {1.f, -2.f, 3.f};
   K().sum_squares_acc(&out, x.data(), 3);
-  EXPECT_EQ(out, 14.5f);
+  EXPECT_EQ(out, 14.5);
   K().sum_squares_acc(&out, x.data(), 0);
-  EXPECT_EQ(out, 14.5f);
-  // 1001 values of 0.5 (odd tail past the lanes): 250.25, exact in float and double.
+  EXPECT_EQ(out, 14.5);
+  // 1001 values of 0.5 (odd tail past the lanes): 250.25, exact in double.
   const std::vector<float> halves(1001, 0.5f);
-  out = 0.f;
+  out = 0.0;
   K().sum_squares_acc(&out, halves.data(), 1001);
-  EXPECT_EQ(out, 250.25f);
-  // A random vector: in double, the sum is exact to ~1e-16, so the float result is the
-  // correctly rounded reference (up to a tie, which these inputs do not hit).
+  EXPECT_EQ(out, 250.25);
+  // A random vector: in double, the sum is exact to ~1e-16, so its float is the
+  // correctly rounded reference (up to a tie, which these inputs do not hit), and so is
+  // the sum of the same vector cut into pieces at odd places.
   const auto r = randn(12345, 61);
   double want = 3.0;
   for (float v : r) want += static_cast<double>(v) * v;
-  out = 3.f;
+  out = 3.0;
   K().sum_squares_acc(&out, r.data(), static_cast<int64_t>(r.size()));
-  EXPECT_EQ(out, static_cast<float>(want));
+  EXPECT_NEAR(out, want, 1e-12 * want);
+  EXPECT_EQ(static_cast<float>(out), static_cast<float>(want));
+  double pieces = 3.0;
+  for (int64_t at = 0, len = 7; at < static_cast<int64_t>(r.size()); at += len, len = len * 3 % 1001 + 1)
+    K().sum_squares_acc(&pieces, r.data() + at, std::min<int64_t>(len, static_cast<int64_t>(r.size()) - at));
+  EXPECT_EQ(static_cast<float>(pieces), static_cast<float>(want));
 }
 
 TEST(TransformerKernels, ClipScaleLeavesSmallNormsBitIdentical) {
   const auto x0 = randn(37, 71);
   // Norm below max_norm = 2 by more than the 1e-6 in the denominator (at exactly 2,
   // the coefficient is 2 / (2 + 1e-6) < 1 and torch scales too).
-  for (float sum_sq : {0.f, 1.f, 3.99f}) {
+  for (double sum_sq : {0.0, 1.0, 3.99}) {
     std::vector<float> x = x0;
-    K().clip_scale(x.data(), static_cast<int64_t>(x.size()), &sum_sq, 2.f);
+    K().clip_scale(x.data(), static_cast<int64_t>(x.size()), &sum_sq, 1, 2.f);
     ASSERT_EQ(0, std::memcmp(x.data(), x0.data(), x0.size() * sizeof(float))) << "sum_sq " << sum_sq;
   }
 }
 
 TEST(TransformerKernels, ClipScaleScalesLargeNorms) {
   const auto x0 = randn(37, 72);
-  const float sum_sq = 100.f, max_norm = 1.f;  // norm 10: coefficient ~0.1
-  const float coef = max_norm / (std::sqrt(sum_sq) + 1e-6f);
+  const double sum_sq = 100.0;
+  const float max_norm = 1.f;  // norm 10: coefficient ~0.1
+  const float coef = max_norm / (std::sqrt(100.f) + 1e-6f);
   ASSERT_LT(coef, 1.f);
   std::vector<float> x = x0;
-  K().clip_scale(x.data(), static_cast<int64_t>(x.size()), &sum_sq, max_norm);
+  K().clip_scale(x.data(), static_cast<int64_t>(x.size()), &sum_sq, 1, max_norm);
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(x[i], x0[i] * coef) << i;
     ASSERT_NEAR(x[i], 0.1 * x0[i], 1e-6);
   }
+  // Parts (one per rank under ZeRO) are added in order: 30 + 70 scales as 100 does.
+  const double parts[] = {30.0, 70.0};
+  std::vector<float> y = x0;
+  K().clip_scale(y.data(), static_cast<int64_t>(y.size()), parts, 2, max_norm);
+  ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)));
   // The clipped vector's own norm is max_norm (to the 1e-6 in the denominator).
-  float after = 0.f;
+  double after = 0.0;
   std::vector<float> big = randn(1000, 73, 3.f);
   K().sum_squares_acc(&after, big.data(), static_cast<int64_t>(big.size()));
-  K().clip_scale(big.data(), static_cast<int64_t>(big.size()), &after, 1.5f);
-  float norm2 = 0.f;
+  K().clip_scale(big.data(), static_cast<int64_t>(big.size()), &after, 1, 1.5f);
+  double norm2 = 0.0;
   K().sum_squares_acc(&norm2, big.data(), static_cast<int64_t>(big.size()));
   EXPECT_NEAR(std::sqrt(norm2), 1.5f, 1e-5f);
 }
