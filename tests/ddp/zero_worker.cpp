@@ -39,6 +39,7 @@
 #include "runtime/strategy/host_collectives.h"
 #include "runtime/strategy/parallel.h"
 #include "tests/ddp/branch_model.h"
+#include "tests/ddp/scenario_main.h"
 #include "tests/support/compare.h"
 
 using namespace tandem;
@@ -319,33 +320,8 @@ void zero_scenario(std::shared_ptr<ProcessGroup> pg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--backend")) {
-    std::fprintf(stderr, "usage: zero_worker zero [--backend NAME]\n");
-    return 2;
-  }
-  const std::string scenario = argv[1];
-  const std::map<std::string, std::function<void(std::shared_ptr<ProcessGroup>)>> scenarios = {
+  // --backend NAME: what init_process_group is asked for (default auto).
+  const std::map<std::string, Scenario> scenarios = {
       {"zero", zero_scenario}};
-  auto it = scenarios.find(scenario);
-  if (it == scenarios.end()) {
-    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
-    return 2;
-  }
-  try {
-    set_cpu_threads(1);
-    InitOptions io;
-    if (argc == 4) io.backend = parse_backend(argv[3]);
-    io.timeout = std::chrono::seconds(60);
-    io.rendezvous_timeout = std::chrono::seconds(60);
-    auto pg = init_process_group(io);
-    g_rank = pg->rank();
-    it->second(pg);
-    pg->barrier()->synchronize(std::chrono::seconds(60));
-    std::printf("ok: %s on rank %d of %d (%s)\n", scenario.c_str(), pg->rank(), pg->size(),
-                pg->backend_name().c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAIL: %s on rank %d: %s\n", scenario.c_str(), g_rank, e.what());
-    return 1;
-  }
-  return 0;
+  return run_scenario_main(argc, argv, "zero_worker", scenarios, g_rank);
 }
