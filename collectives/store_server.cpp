@@ -439,7 +439,11 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
           return true;
         }
       }
-      value += delta;
+      if (__builtin_add_overflow(value, delta, &value)) {
+        w.u8(static_cast<uint8_t>(Status::error)).str("add: key '" + key + "' would overflow a 64-bit integer");
+        reply(c, w);
+        return true;
+      }
       kv[key] = std::to_string(value);
       written[key] = Clock::now();
       w.u8(ok).i64(value);

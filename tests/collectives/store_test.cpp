@@ -108,6 +108,20 @@ TEST_F(Fixture, AddIsAnAtomicCounter) {
   EXPECT_THROW(store.add("text", 1), StoreError);
 }
 
+TEST_F(Fixture, AddThatWouldOverflowIsRefused) {
+  // Found by fuzzing: value + delta overflowed int64 (undefined behaviour).
+  store.add("big", INT64_MAX - 1);
+  EXPECT_EQ(store.add("big", 1), INT64_MAX);
+  try {
+    store.add("big", 1);
+    FAIL() << "an overflowing add was accepted";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("add: key 'big' would overflow a 64-bit integer"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(store.get("big", seconds(5)), std::to_string(INT64_MAX));  // unchanged, connection still good
+}
+
 TEST_F(Fixture, CompareSet) {
   EXPECT_EQ(store.compare_set("k", "", "first"), "first");    // absent + empty expected: set
   EXPECT_EQ(store.compare_set("k", "wrong", "second"), "first");  // mismatch: unchanged
