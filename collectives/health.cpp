@@ -1,6 +1,8 @@
 // RankHealth (see health.h for the design).
 #include "collectives/health.h"
 
+#include "collectives/process_liveness.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -34,17 +36,6 @@ std::string seconds(milliseconds ms) {
   return buf;
 }
 
-// Gone: no such process, or a zombie its parent has not reaped yet.
-bool process_gone(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return false;
-  char line[512] = {0};
-  const size_t n = std::fread(line, 1, sizeof(line) - 1, f);
-  std::fclose(f);
-  const char* close_paren = std::strrchr(line, ')');  // the name may contain spaces and parentheses
-  return n > 0 && close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
-}
 
 std::string who(const PeerHealth& p) {
   std::string s = "rank " + std::to_string(p.rank);
@@ -244,7 +235,7 @@ RankHealth::Report RankHealth::read() {
         p = self();
       } else if (values[r] && decode(values[r]->value, p)) {
         p.age = values[r]->age;
-        if (p.host == host_ && p.pid > 0) p.gone = process_gone(static_cast<pid_t>(p.pid));
+        if (p.host == host_) p.gone = process_gone(p.pid);
       }
       p.rank = r;
       if (p.known && p.node >= 0) node_ages[p.node] = milliseconds(-1);

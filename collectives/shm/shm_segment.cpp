@@ -25,6 +25,7 @@
 #define TANDEM_SHM_PAUSE() std::atomic_signal_fence(std::memory_order_seq_cst)
 #endif
 
+#include "collectives/process_liveness.h"
 #include "collectives/types.h"
 
 namespace tandem {
@@ -75,18 +76,6 @@ std::string sanitize(const std::string& s, size_t max) {
   return out;
 }
 
-// Whether pid no longer runs: gone (ESRCH) or a zombie nobody reaped yet.
-bool process_gone(int64_t pid) {
-  if (pid <= 0) return false;
-  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!std::getline(stat, text)) return false;
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
-  const char state = text[paren + 2];
-  return state == 'Z' || state == 'X';
-}
 
 }  // namespace
 
