@@ -97,13 +97,12 @@ void ProcessGroup::check_buffer(const Collective& c, const Buffer& b, const char
 void ProcessGroup::inject_fault(const Collective& c) {
   using Kind = FaultPlan::Kind;
   const bool inside = fault_->kind != Kind::stop_before;
-  if (inside) {
-    // Inside: the rank has entered the op (published, as its peers will see it) but its
-    // data never moves, whatever the op's size: stopping after handing it to the engine
-    // would let a small op finish first.
-    reports_->health().entered(c.seq);
-    reports_->health().flush(std::chrono::seconds(10));
-  }
+  // Inside: the rank has entered the op (published, as its peers will see it) but its
+  // data never moves, whatever the op's size: stopping after handing it to the engine
+  // would let a small op finish first. Either way the heartbeat is flushed first, so its
+  // peers see exactly the ops it issued (a coalesced write could otherwise lag by a few).
+  if (inside) reports_->health().entered(c.seq);
+  reports_->health().flush(std::chrono::seconds(10));
   const bool kill = fault_->kind == Kind::kill_inside;
   spdlog::warn("fault injection ({}): rank {} (pid {}) {} {} {}", fault_->describe(), rank_, getpid(),
                kill ? "kills itself" : "stops itself", inside ? "inside" : "before", c.describe());
