@@ -36,10 +36,16 @@ def entry(seq, op, dtype, nbytes, state, enq, start=None, end=None):
 
 
 def make_dumps(d):
-    for r in (0, 1):
-        t = load(f"{d}/trace.rank{r}.json")
+    traces = {r: load(f"{d}/trace.rank{r}.json") for r in (0, 1)}
+    bounds = {}
+    for r, t in traces.items():
         origin, first, last = trace_bounds(t)
-        lo, hi = origin + int(first), origin + int(last)
+        bounds[r] = (origin + int(first), origin + int(last))
+    # The ranks start at different moments (by a few ms on a loaded machine), so rank 1's
+    # first op is placed before everything of both ranks, not only before its own spans.
+    earliest = min(bounds[0][0] - 700, bounds[1][0])
+    for r, t in traces.items():
+        lo, hi = bounds[r]
         mid = (lo + hi) // 2
         if r == 0:
             entries = [entry(1, "allreduce", "f32", 4096, "completed", lo - 700, lo - 650, lo - 400),
@@ -49,7 +55,8 @@ def make_dumps(d):
             reason = "collective timeout"
         else:
             # Rank 1's first op is the earliest thing of all: the merge's time 0.
-            entries = [entry(1, "allreduce", "f32", 4096, "completed", lo - 1500, lo - 1200, lo - 1000),
+            entries = [entry(1, "allreduce", "f32", 4096, "completed", earliest - 1500, earliest - 1200,
+                             earliest - 1000),
                        entry(2, "broadcast", "bf16", 128, "completed", mid - 10, mid, mid + 40),
                        entry(3, "allreduce", "f32", 4096, "failed", hi - 90, hi - 80, hi - 10)]
             reason = "fatal error"
