@@ -93,10 +93,10 @@ no_survivors down
 checkpoints_verify down
 
 # 2. Down, then back: the restart resumes and ends where an uninterrupted run does.
-start ref -- --max-steps 3000 --summary-json "$NETNS_TMP/ref.json"
+start ref -- --max-steps 800 --summary-json "$NETNS_TMP/ref.json"
 wait
 for n in 0 1; do [ "$(cat "$NETNS_TMP/ref.rc.$n")" = 0 ] || { fail "ref: node $n failed"; tail -20 "$NETNS_TMP/ref.$n"; }; done
-start back --max-restarts 1 -- --max-steps 3000 --resume auto --summary-json "$NETNS_TMP/back.json"
+start back --max-restarts 1 -- --max-steps 800 --resume auto --summary-json "$NETNS_TMP/back.json"
 until_true 60 have_checkpoint "$NETNS_TMP/back-ck" || fail "back: no checkpoint appeared"
 link down
 until_true 120 grep -qF "attempt 0 failed" "$NETNS_TMP/back.0" || fail "back: node 0 never saw attempt 0 fail"
