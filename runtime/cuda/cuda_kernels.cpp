@@ -61,6 +61,19 @@ class Scratch {
   void* ptr_;
 };
 
+// Both GEMMs' empty cases: nothing to do when C is empty; when K is 0 (which cuBLAS
+// rejects as a zero leading dimension) the product is empty and C = beta*C. True when
+// handled.
+bool empty_product(CudaKernels& k, float* C, int64_t M, int64_t N, int64_t K, float beta) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0) return false;
+  if (beta == 0.f)
+    k.fill(C, M * N, 0.f);
+  else if (beta != 1.f)
+    k.scale(C, M * N, beta);
+  return true;
+}
+
 }  // namespace
 
 Device CudaKernels::device() const { return Device::cuda(ctx_.device); }
@@ -69,14 +82,7 @@ Device CudaKernels::device() const { return Device::cuda(ctx_.device); }
 
 void CudaKernels::gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
                        bool trans_b, float alpha, float beta) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // cuBLAS rejects a zero leading dimension; the product is empty, C = beta*C
-    if (beta == 0.f)
-      fill(C, M * N, 0.f);
-    else if (beta != 1.f)
-      scale(C, M * N, beta);
-    return;
-  }
+  if (empty_product(*this, C, M, N, K, beta)) return;
   const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K");
   ensure_current(ctx_.device);
   // cuBLAS is column-major: a row-major (R, C) matrix is its column-major transpose. So
@@ -91,14 +97,7 @@ void CudaKernels::gemm(float* C, const float* A, const float* B, int64_t M, int6
 
 void CudaKernels::gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
                             bool trans_a, bool trans_b, float alpha, float beta) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (beta == 0.f)
-      fill(C, M * N, 0.f);
-    else if (beta != 1.f)
-      scale(C, M * N, beta);
-    return;
-  }
+  if (empty_product(*this, C, M, N, K, beta)) return;
   const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K");
   ensure_current(ctx_.device);
   // The operand swap of gemm above; CUBLAS_COMPUTE_32F keeps products and sums in f32
