@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "models/cli_commands.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
 
@@ -153,20 +154,7 @@ int main(int argc, char** argv) {
   verify_cmd->add_option("DIR", dir, "Checkpoint directory (ROOT/step-N)")->required();
   CLI::App* list_cmd = app.add_subcommand("list", "Checkpoints under ROOT, newest first, with their validity");
   list_cmd->add_option("ROOT", root, "The --checkpoint-dir of a run")->required();
-  // CLI11 would only say "A subcommand is required": name the unknown one.
-  const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "inspect" && first != "verify" && first != "list") {
-    std::fprintf(stderr, "tandem-ckpt: usage error: unknown command '%s' (expected inspect, verify or list)\n", argv[1]);
-    return 2;
-  }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "tandem-ckpt: usage error: %s\nRun with --help for the commands.\n", e.what());
-    return 2;
-  }
+  if (const int rc = parse_commands(app, argc, argv, "tandem-ckpt", {"inspect", "verify", "list"}); rc >= 0) return rc;
   try {
     if (*inspect_cmd) return inspect(dir, as_json);
     if (*verify_cmd) return verify(dir);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "models/cli_commands.h"
 #include "models/trace/merge.h"
 #include "models/trace/trace_inputs.h"
 
@@ -112,20 +113,7 @@ int main(int argc, char** argv) {
                                                         "running or queued at the dump");
   summary_cmd->add_option("INPUT", inputs, "Flight-recorder dumps (and traces), or directories holding them")
       ->required();
-  // CLI11 would only say "A subcommand is required": name the unknown one.
-  const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "merge" && first != "summary") {
-    std::fprintf(stderr, "tandem-trace: usage error: unknown command '%s' (expected merge or summary)\n", argv[1]);
-    return 2;
-  }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "tandem-trace: usage error: %s\nRun with --help for the commands.\n", e.what());
-    return 2;
-  }
+  if (const int rc = tandem::parse_commands(app, argc, argv, "tandem-trace", {"merge", "summary"}); rc >= 0) return rc;
   try {
     if (*merge_cmd) return merge_command(inputs, out_path);
     return summary_command(inputs);
