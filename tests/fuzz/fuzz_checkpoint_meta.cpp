@@ -24,7 +24,7 @@ void parse_and_check(const std::string& text) {
   FUZZ_CHECK(checkpoint_meta_to_json(m2) == again);
   FUZZ_CHECK(m2.step == m.step && m2.epoch == m.epoch && m2.step_in_epoch == m.step_in_epoch);
   // What a resumed run with another batch size or world size asks of it.
-  for (const auto [batch, replicas] : {std::pair<int64_t, int64_t>{1, 1}, {3, 2}, {128, 8}, {m.batch_size, m.replicas}}) {
+  for (const auto& [batch, replicas] : {std::pair<int64_t, int64_t>{1, 1}, {3, 2}, {128, 8}, {m.batch_size, m.replicas}}) {
     if (batch < 1 || replicas < 1) continue;
     try {
       const LoaderPosition p = m.position_for(batch, replicas);
