@@ -310,7 +310,7 @@ void run_training(const TrainConfig& c) {
     last_eval = strategy->evaluate(test_loader);
     last_eval_step = step;
     spdlog::info("eval ({}) step {}: test_loss {:.4f} test_accuracy {:.4f}", when, step, last_eval->loss,
-                 last_eval->accuracy);
+                 last_eval->metric("accuracy").value_or(0));
   };
 
   for (int64_t epoch = start.epoch; epoch < c.epochs && step < total_steps; ++epoch) {
@@ -376,7 +376,7 @@ void run_training(const TrainConfig& c) {
     if (last_eval_step != step) evaluate(full_epoch ? "epoch" : "end");
     spdlog::info("epoch {}/{}{}: train_loss {:.4f} test_loss {:.4f} test_accuracy {:.4f} {:.0f} samples/s",
                  epoch + 1, c.epochs, full_epoch ? "" : " (partial)", epoch_loss_sum / epoch_steps,
-                 last_eval->loss, last_eval->accuracy,
+                 last_eval->loss, last_eval->metric("accuracy").value_or(0),
                  static_cast<double>(epoch_steps * global_batch) / (epoch_ms / 1000.0));
   }
   if (last_eval_step != step) evaluate("end");
@@ -408,7 +408,7 @@ void run_training(const TrainConfig& c) {
   if (trained_any) s.final_train_loss = strategy->global_loss(last_loss);
   if (last_eval) {
     s.test_loss = last_eval->loss;
-    s.test_accuracy = last_eval->accuracy;
+    s.test_accuracy = last_eval->metric("accuracy");
   }
   s.param_checksum = parameter_checksum(strategy->model());
   s.replicas_identical = strategy->replicas_identical();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "runtime/kernels.h"
 
@@ -50,6 +51,15 @@ Tensor Model::backward(const Tensor& dy) {
     fire_grad_ready(*layers_[i].module);
   }
   return g;
+}
+
+Tensor Model::backward_outputs(std::span<const Tensor> douts) {
+  if (douts.size() != 1 || !douts[0].defined())
+    throw std::invalid_argument("Model::backward_outputs: a model with one output takes one gradient, got " +
+                                std::to_string(douts.size()) +
+                                (douts.size() == 1 ? " undefined" : "") +
+                                " (a model with several outputs overrides forward_outputs and backward_outputs)");
+  return backward(douts[0]);
 }
 
 void Model::fire_grad_ready(Module& module) {

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ class Model {
 
   virtual Tensor forward(const Tensor& x);
   virtual Tensor backward(const Tensor& dy);
+  // Several outputs (a multi-task model's heads, a contrastive model's two embeddings): what
+  // the strategies call, and what a model with more than one output overrides. The loss
+  // (runtime/layers/loss.h) reads these outputs and backward_outputs receives one gradient
+  // per output (undefined for an output no loss term read). The defaults are forward()'s
+  // single output and backward() of its gradient.
+  virtual std::vector<Tensor> forward_outputs(const Tensor& x) { return {forward(x)}; }
+  virtual Tensor backward_outputs(std::span<const Tensor> douts);
 
   // Every parameter in registration order (a stable order: checkpoints, the reducer's
   // default bucket order and the checksum all use it).

@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
     const EvalResult r = s->evaluate(*evaluation_batches(test));  // ddp: on every rank
     if (lead)
       std::printf("test_loss %.4f\ntest_accuracy %.4f\ncustom_model: mode %s, world %d, test_accuracy %.4f\n", r.loss,
-                  r.accuracy, s->mode(), a.mode == Mode::ddp ? s->replicas() : 1, r.accuracy);
+                  r.metric("accuracy").value_or(0), s->mode(), a.mode == Mode::ddp ? s->replicas() : 1, r.metric("accuracy").value_or(0));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "custom_model: %s\n", e.what());

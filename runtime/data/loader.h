@@ -24,16 +24,29 @@
 
 namespace tandem {
 
-// One batch of B samples. A model maps `inputs` to logits with one row per label: an image
-// classifier (B, C, H, W) f32 -> (B, classes), a language model's tokens (B, T) i32 ->
-// (B*T, vocab) against labels (B*T), the next token at each position.
+// One batch of B samples. The built-in loaders' models map `inputs` to logits with one row
+// per label: an image classifier (B, C, H, W) f32 -> (B, classes), a language model's tokens
+// (B, T) i32 -> (B*T, vocab) against labels (B*T), the next token at each position. A batch
+// source of your own may carry any targets its loss reads (runtime/layers/loss.h): class
+// indices (i32) or f32 tensors of any shape in `labels`, and more in `extra_targets`
+// (multi-task). A strategy cuts every input and target along dimension 0 when it splits a
+// batch (DataParallel), so each holds one row per sample or per output row.
 struct Batch {
   Tensor inputs;                 // (B, ...) CPU: normalised f32 images or i32 tokens
-  Tensor labels;                 // (rows) i32, CPU: B for images, B*T for tokens
+  Tensor labels;                 // target 0: (rows) i32 for the built-in loaders, B for images, B*T for tokens
+  std::vector<Tensor> extra_targets;  // targets 1, 2, ...: a loss's further targets (may be empty)
   std::vector<int64_t> indices;  // (B) dataset index (or window start) of each sample, in batch order
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t size() const { return static_cast<int64_t>(indices.size()); }
+  // Every target (labels, then extra_targets) on `device`, as a loss reads them.
+  std::vector<Tensor> targets_on(Device device) const {
+    std::vector<Tensor> out;
+    out.reserve(1 + extra_targets.size());
+    out.push_back(labels.defined() ? labels.on(device) : labels);
+    for (const Tensor& t : extra_targets) out.push_back(t.defined() ? t.on(device) : t);
+    return out;
+  }
 };
 
 // Where a loader stands: the batch next() will return. Saved in checkpoints.

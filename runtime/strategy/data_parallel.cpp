@@ -12,13 +12,14 @@
 namespace tandem {
 
 DataParallelStrategy::DataParallelStrategy(std::vector<std::unique_ptr<Model>> replicas, const OptimizerConfig& optim,
-                                           std::vector<Device> devices)
+                                           std::vector<Device> devices, const LossFactory& make_loss)
     : replicas_(std::move(replicas)), devices_(std::move(devices)), pool_(static_cast<int>(replicas_.size())) {
   if (replicas_.empty() || replicas_.size() != devices_.size())
     throw std::invalid_argument("DataParallel needs one device per replica");
   for (size_t r = 0; r < replicas_.size(); ++r) replicas_[r]->to(devices_[r]);
   optimizer_ = make_optimizer(optim, replicas_[0]->parameters());
   broadcast_parameters();
+  set_loss(make_loss);
 }
 
 void DataParallelStrategy::broadcast_parameters() {
@@ -41,18 +42,30 @@ void DataParallelStrategy::reduce_add_gradients() {
   }
 }
 
+namespace {
+
+// Rows [begin, end) of a (rows, ...) tensor, as a view.
+Tensor row_slice(const Tensor& t, int64_t begin, int64_t end) {
+  const int64_t per_row = t.dim(0) == 0 ? 0 : t.numel() / t.dim(0);
+  Shape s = t.shape();
+  s[0] = end - begin;
+  return t.view(begin * per_row, s);
+}
+
+}  // namespace
+
 StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
   const int n = replicas();
   Kernels& k0 = kernels_for(devices_[0]);
   Stopwatch sw(k0);
-  replicas_[0]->zero_grad();
+  if (begin_accumulation()) replicas_[0]->zero_grad();
   // 1: parameters to every replica, once a step (micro-batches share them).
   broadcast_parameters();
   const double broadcast_ms = sw.lap_ms();  // nothing overlaps it: all exposed
   times.comm_ms += broadcast_ms;
   times.exposed_comm_ms += broadcast_ms;
   const float micro = static_cast<float>(micro_batches.size());
-  double loss_sum = 0;
+  StepOutput out;
   for (const Batch& batch : micro_batches) {
     const int64_t rows = batch.inputs.dim(0);
     if (rows < n) throw std::invalid_argument("DataParallel: a batch of " + std::to_string(rows) +
@@ -60,34 +73,45 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     // 2: the batch cut into contiguous chunks.
     std::vector<int64_t> begin(n + 1, 0);
     for (int r = 0; r < n; ++r) begin[r + 1] = begin[r] + rows / n + (r < rows % n ? 1 : 0);
-    const int64_t per_sample = batch.inputs.numel() / rows;
-    Shape sample_shape(batch.inputs.shape().begin() + 1, batch.inputs.shape().end());
-    std::vector<Tensor> outputs(n);
+    std::vector<std::vector<Tensor>> outputs(n);
     // 3: forward in parallel.
     pool_.run_all([&](int r) {
       if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
-      Shape s = sample_shape;
-      s.insert(s.begin(), begin[r + 1] - begin[r]);
-      Tensor x = batch.inputs.view(begin[r] * per_sample, s);
-      outputs[r] = replicas_[r]->forward(x.on(devices_[r]));
+      outputs[r] = replicas_[r]->forward_outputs(row_slice(batch.inputs, begin[r], begin[r + 1]).on(devices_[r]));
     });
-    // 4: gather the outputs on device 0, loss there. A replica's output rows follow its
-    // samples' (an image: one row; a token sequence: one row per position), in order.
-    const int64_t classes = outputs[0].dim(1);
-    std::vector<int64_t> out_begin(n + 1, 0);
-    for (int r = 0; r < n; ++r) out_begin[r + 1] = out_begin[r] + outputs[r].dim(0);
-    Tensor logits = Tensor::empty({out_begin[n], classes}, DType::f32, devices_[0]);
-    for (int r = 0; r < n; ++r) logits.view(out_begin[r] * classes, outputs[r].shape()).copy_from(outputs[r]);
-    Tensor labels = batch.labels.on(devices_[0]);
-    loss_sum += loss_.forward(logits, labels);
-    Tensor dlogits = loss_.backward(1.0f / (static_cast<float>(out_begin[n]) * micro));
+    // 4: gather each output on device 0, the loss there over the whole batch. A replica's
+    // output rows follow its samples' (an image: one row; a token sequence: one row per
+    // position), in order.
+    const size_t heads = outputs[0].size();
+    std::vector<Tensor> gathered(heads);
+    std::vector<std::vector<int64_t>> out_begin(heads, std::vector<int64_t>(n + 1, 0));
+    for (size_t h = 0; h < heads; ++h) {
+      for (int r = 0; r < n; ++r) {
+        if (outputs[r].size() != heads || !outputs[r][h].defined() || outputs[r][h].ndim() < 1)
+          throw std::invalid_argument("DataParallel: replica " + std::to_string(r) + " returned no output " +
+                                      std::to_string(h) + " with a row dimension");
+        out_begin[h][r + 1] = out_begin[h][r] + outputs[r][h].dim(0);
+      }
+      Shape shape = outputs[0][h].shape();
+      shape[0] = out_begin[h][n];
+      gathered[h] = Tensor::empty(shape, outputs[0][h].dtype(), devices_[0]);
+      for (int r = 0; r < n; ++r)
+        row_slice(gathered[h], out_begin[h][r], out_begin[h][r + 1]).copy_from(outputs[r][h]);
+    }
+    LossSum sum = loss_->forward(gathered, batch.targets_on(devices_[0]));
+    const int64_t loss_rows = sum.rows;
+    out.add(std::move(sum));
+    std::span<const Tensor> douts = loss_->backward(1.0f / (static_cast<float>(loss_rows) * micro));
     times.forward_ms += sw.lap_ms();
     // 5-6: output gradients to every replica, backward in parallel.
     pool_.run_all([&](int r) {
       if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
-      Tensor dy = dlogits.view(out_begin[r] * classes, outputs[r].shape());
+      std::vector<Tensor> dy(heads);
+      for (size_t h = 0; h < heads; ++h)
+        if (h < douts.size() && douts[h].defined())
+          dy[h] = row_slice(douts[h], out_begin[h][r], out_begin[h][r + 1]).on(devices_[r]);
       if (r > 0) replicas_[r]->zero_grad();
-      replicas_[r]->backward(dy.on(devices_[r]));
+      replicas_[r]->backward_outputs(dy);
       // The lap below waits for device 0 only; each other device's backward ends here, so
       // it is not counted as the reduce-add's time.
       if (r > 0) kernels_for(devices_[r]).synchronize();
@@ -99,17 +123,23 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     times.comm_ms += reduce_ms;
     times.exposed_comm_ms += reduce_ms;
   }
-  return StepOutput(loss_sum / micro);
+  return out;
 }
 
 void DataParallelStrategy::step(float lr, PhaseTimes& times) {
+  check_not_accumulating("step");
   Stopwatch sw(kernels_for(devices_[0]));
   optimizer_->step(lr);
   times.optimizer_ms += sw.lap_ms();
 }
 
 EvalResult DataParallelStrategy::evaluate(BatchSource& loader) {
-  return evaluate_model(*replicas_[0], loader, devices_[0]);
+  return evaluate_model(*replicas_[0], loader, devices_[0], *loss_, make_metrics());
+}
+
+void DataParallelStrategy::set_loss(const LossFactory& make_loss) {
+  // One loss, on device 0, over the gathered outputs of the whole batch.
+  loss_ = make_replica_loss(make_loss, {nullptr, devices_[0]});
 }
 
 }  // namespace tandem

@@ -3,7 +3,8 @@
 //   1 broadcast parameters from device 0 to the replicas
 //   2 scatter the global batch (contiguous chunks)
 //   3 forward on every replica in parallel
-//   4 gather the outputs to device 0 and compute the loss there
+//   4 gather the outputs to device 0 and compute the loss there (each of several outputs
+//     gathered along its rows; the loss sees the whole batch, weighted by rows)
 //   5 scatter the output gradients
 //   6 backward on every replica in parallel
 //   7 reduce-add the gradients onto device 0
@@ -25,7 +26,7 @@ class DataParallelStrategy final : public Strategy {
  public:
   // `replicas` are N identically built models (replica 0 is the master).
   DataParallelStrategy(std::vector<std::unique_ptr<Model>> replicas, const OptimizerConfig& optim,
-                       std::vector<Device> devices);
+                       std::vector<Device> devices, const LossFactory& make_loss = {});
   const char* mode() const override { return "dp"; }
   int replicas() const override { return static_cast<int>(replicas_.size()); }
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
@@ -36,6 +37,7 @@ class DataParallelStrategy final : public Strategy {
     for (auto& r : replicas_) r->set_counters(counters);
   }
   Optimizer& optimizer() override { return *optimizer_; }
+  void set_loss(const LossFactory& make_loss) override;
 
  private:
   void broadcast_parameters();
@@ -44,7 +46,7 @@ class DataParallelStrategy final : public Strategy {
   std::vector<std::unique_ptr<Model>> replicas_;
   std::vector<Device> devices_;
   std::unique_ptr<Optimizer> optimizer_;
-  SoftmaxCrossEntropy loss_;
+  std::unique_ptr<Loss> loss_;  // device 0's, over the gathered batch
   ThreadPool pool_;
 };
 

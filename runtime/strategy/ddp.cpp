@@ -28,7 +28,8 @@ uint64_t parameter_signature(const Parameter& p) {
 }
 
 DdpStrategy::DdpStrategy(std::unique_ptr<Model> model, const OptimizerConfig& optim, Device device,
-                         std::shared_ptr<ProcessGroup> group, ReducerOptions reducer_options, Tracer* tracer)
+                         std::shared_ptr<ProcessGroup> group, ReducerOptions reducer_options, Tracer* tracer,
+                         const LossFactory& make_loss)
     : model_(std::move(model)), group_(std::move(group)), device_(device), tracer_(tracer) {
   if (!group_) throw std::invalid_argument("DDP needs a process group");
   model_->to(device_);
@@ -47,6 +48,12 @@ DdpStrategy::DdpStrategy(std::unique_ptr<Model> model, const OptimizerConfig& op
   } else {
     optimizer_ = make_optimizer(optim, model_->parameters());
   }
+  set_loss(make_loss);
+}
+
+void DdpStrategy::set_loss(const LossFactory& make_loss) {
+  loss_ = make_replica_loss(make_loss, {group_, device_});
+  eval_loss_ = make_replica_loss(make_loss, {nullptr, device_});
 }
 
 Model& DdpStrategy::model() {
@@ -99,18 +106,25 @@ StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, P
   // The first K-1 micro-batches accumulate locally (reducer detached: no_sync); the
   // last one's backward feeds the reducer, which overlaps the all-reduce with it.
   // ZeRO: the parameters' all-gathers of the last step are waited for per layer.
+  // no_sync: every micro-batch detached, nothing reduced (the next synchronising call's
+  // last micro-batch reduces what accumulated in the bucket views).
   if (zero_) zero_->begin_forward();
-  StepOutput out = accumulate_micro_batches(*model_, loss_, device_, micro_batches, times, [this](bool last) {
-    sync_ = last;
-    if (last) reducer_->prepare_for_backward();
-  });
+  const bool syncs = syncing();
+  const bool fresh = begin_accumulation();
+  StepOutput out =
+      accumulate_micro_batches(*model_, *loss_, device_, micro_batches, times, fresh, [this, syncs](bool last) {
+        sync_ = syncs && last;
+        if (sync_) reducer_->prepare_for_backward();
+      });
+  sync_ = false;
+  if (!syncs) return out;
   reducer_->finalize_backward(times);
   if (zero_) zero_->end_forward_backward(times);
-  sync_ = false;
   return out;
 }
 
 void DdpStrategy::step(float lr, PhaseTimes& times) {
+  check_not_accumulating("step");
   Stopwatch sw(kernels_for(device_));
   if (zero_)
     zero_->step(lr);
@@ -122,7 +136,7 @@ void DdpStrategy::step(float lr, PhaseTimes& times) {
 EvalResult DdpStrategy::evaluate(BatchSource& loader) {
   // Every rank evaluates the whole set: replicas are identical, so every rank reports
   // the same figures with no extra communication and bit-identical to single mode.
-  return evaluate_model(model(), loader, device_);
+  return evaluate_model(model(), loader, device_, *eval_loss_, make_metrics());
 }
 
 double DdpStrategy::global_loss(double local_loss) {

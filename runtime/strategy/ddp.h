@@ -6,7 +6,9 @@
 // and broadcasts rank 0's values, so replicas start identical whatever their seeds.
 // With --grad-accum K, the first K-1 micro-batches run backward with the reducer
 // detached (gradients accumulate locally in the bucket views), and the K-th
-// synchronises: the result equals one K-times larger batch.
+// synchronises: the result equals one K-times larger batch. Under no_sync
+// (Strategy::NoSync) every micro-batch runs detached and nothing is reduced; the next
+// synchronising call's last micro-batch reduces everything accumulated.
 // With reducer_options.zero_stage = 1 (ZeRO-1, runtime/strategy/zero.h) the optimizer
 // state is sharded: gradients are reduce-scattered, each rank updates its shard and the
 // parameters are all-gathered. After forward_backward only this rank's shard of the
@@ -26,7 +28,8 @@ namespace tandem {
 class DdpStrategy final : public Strategy {
  public:
   DdpStrategy(std::unique_ptr<Model> model, const OptimizerConfig& optim, Device device,
-              std::shared_ptr<ProcessGroup> group, ReducerOptions reducer_options, Tracer* tracer = nullptr);
+              std::shared_ptr<ProcessGroup> group, ReducerOptions reducer_options, Tracer* tracer = nullptr,
+              const LossFactory& make_loss = {});
   const char* mode() const override { return "ddp"; }
   int replicas() const override { return group_->size(); }
   int rank() const override { return group_->rank(); }
@@ -44,6 +47,9 @@ class DdpStrategy final : public Strategy {
   std::vector<BucketInfo> buckets() const override { return reducer_->bucket_info(); }
   void barrier() override;
   std::vector<int64_t> per_rank(int64_t local) override;
+  // The training loss gets this rank's group; evaluation, where every rank runs the whole
+  // set, gets one built with a null group (a single process's loss).
+  void set_loss(const LossFactory& make_loss) override;
   Reducer& reducer() { return *reducer_; }
   ZeroShards* zero() { return zero_.get(); }  // null unless ZeRO
 
@@ -56,7 +62,7 @@ class DdpStrategy final : public Strategy {
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO (zero_ holds the sharded one)
   std::unique_ptr<ZeroShards> zero_;
-  SoftmaxCrossEntropy loss_;
+  std::unique_ptr<Loss> loss_, eval_loss_;
   Device device_;
   Tracer* tracer_;
   bool sync_ = false;

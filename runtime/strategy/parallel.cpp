@@ -83,8 +83,9 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
   };
   switch (o.mode) {
     case Mode::single: {
-      auto s = std::make_unique<SingleStrategy>(build(), optimizer, o.device);
+      auto s = std::make_unique<SingleStrategy>(build(), optimizer, o.device, o.loss);
       s->model().set_tracer(tracer);
+      s->set_metrics(o.metrics);
       return s;
     }
     case Mode::dp: {
@@ -95,7 +96,9 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
         models.push_back(build());
         devices.push_back(o.device.is_cuda() ? Device::cuda(d) : o.device);
       }
-      return std::make_unique<DataParallelStrategy>(std::move(models), optimizer, devices);
+      auto s = std::make_unique<DataParallelStrategy>(std::move(models), optimizer, devices, o.loss);
+      s->set_metrics(o.metrics);
+      return s;
     }
     case Mode::ddp: {
       std::shared_ptr<ProcessGroup> group = o.group ? o.group : init_group(o);
@@ -109,7 +112,9 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
       ro.custom_hook = o.custom_comm_hook;
       ro.timeout = o.timeout;
       ro.zero_stage = o.zero_stage;
-      return std::make_unique<DdpStrategy>(build(), optimizer, o.device, std::move(group), ro, tracer);
+      auto s = std::make_unique<DdpStrategy>(build(), optimizer, o.device, std::move(group), ro, tracer, o.loss);
+      s->set_metrics(o.metrics);
+      return s;
     }
   }
   throw std::invalid_argument("parallelize: unknown mode");

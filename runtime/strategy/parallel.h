@@ -60,6 +60,10 @@ struct ParallelOptions {
   // Matrix-product precision of every replica (runtime/precision.h; docs/precision.md).
   // Gradients are reduced in bf16 with comm_hook = CommHookKind::bf16.
   Precision precision = Precision::fp32;
+  // The loss, built once per replica (runtime/layers/loss.h; null: softmax cross-entropy),
+  // and the evaluation metrics (runtime/layers/metric.h; null: {accuracy}).
+  LossFactory loss;
+  MetricsFactory metrics;
 };
 
 using ModelFactory = std::function<std::unique_ptr<Model>()>;

@@ -12,7 +12,8 @@ namespace tandem {
 
 class SingleStrategy final : public Strategy {
  public:
-  SingleStrategy(std::unique_ptr<Model> model, const OptimizerConfig& optim, Device device);
+  SingleStrategy(std::unique_ptr<Model> model, const OptimizerConfig& optim, Device device,
+                 const LossFactory& make_loss = {});
   const char* mode() const override { return "single"; }
   int replicas() const override { return 1; }
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
@@ -20,24 +21,29 @@ class SingleStrategy final : public Strategy {
   EvalResult evaluate(BatchSource& loader) override;
   Model& model() override { return *model_; }
   Optimizer& optimizer() override { return *optimizer_; }
+  void set_loss(const LossFactory& make_loss) override;
 
  private:
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  SoftmaxCrossEntropy loss_;
+  std::unique_ptr<Loss> loss_;
   Device device_;
 };
 
-// Forward, loss and backward of each micro-batch on `device`, the model's gradients
-// zeroed first and then accumulated (each micro-batch carries 1/K of the mean loss).
-// `before_each(last)` runs before each micro-batch (DDP attaches its reducer to the
-// last). Returns the mean loss over the micro-batches, read later.
-StepOutput accumulate_micro_batches(Model& model, SoftmaxCrossEntropy& loss, Device device,
-                                std::span<const Batch> micro_batches, PhaseTimes& times,
-                                const std::function<void(bool last)>& before_each = {});
+// One replica's loss from a factory (null: default_loss()); throws when the factory gives none.
+std::unique_ptr<Loss> make_replica_loss(const LossFactory& make_loss, const LossContext& context);
 
-// Shared by every strategy: mean loss and correct count of `model` on a loader's
-// batches, on `device`.
-EvalResult evaluate_model(Model& model, BatchSource& loader, Device device);
+// Forward, loss and backward of each micro-batch on `device`, the model's gradients
+// zeroed first when `zero_first` and then accumulated (each micro-batch carries 1/K of the
+// mean loss: its gradient is scaled by 1 / (its rows * K)). `before_each(last)` runs before
+// each micro-batch (DDP attaches its reducer to the last). Returns the mean loss over the
+// micro-batches, read later.
+StepOutput accumulate_micro_batches(Model& model, Loss& loss, Device device, std::span<const Batch> micro_batches,
+                                    PhaseTimes& times, bool zero_first = true,
+                                    const std::function<void(bool last)>& before_each = {});
+
+// Shared by every strategy: the loss's mean over rows and each metric of `model` on a
+// loader's batches, on `device`.
+EvalResult evaluate_model(Model& model, BatchSource& loader, Device device, Loss& loss, Metrics metrics);
 
 }  // namespace tandem

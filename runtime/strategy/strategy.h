@@ -5,20 +5,28 @@
 //
 // Invariant: after forward_backward() returns, model().parameters()' gradients are the
 // gradients of the mean loss over the GLOBAL batch (all replicas), so step() gives
-// every mode the same update.
+// every mode the same update. The loss is the user's (runtime/layers/loss.h): each
+// replica's loss returns a sum of row losses and its rows, and the strategy scales the
+// gradient by 1 / rows, so replicas combine weighted by rows.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "collectives/process_group.h"
 #include "runtime/data/loader.h"
 #include "runtime/kernels.h"
+#include "runtime/layers/loss.h"
+#include "runtime/layers/metric.h"
 #include "runtime/model.h"
 #include "runtime/optim/optimizer.h"
 
@@ -73,6 +81,7 @@ class StepOutput {
   StepOutput() = default;
   explicit StepOutput(double loss) : known_(loss) {}
   // One micro-batch: the sum of its `rows` row losses.
+  void add(LossSum sum) { add(std::move(sum.sum), sum.rows); }
   void add(std::shared_ptr<Kernels::PendingValue> sum, int64_t rows) { parts_.push_back({std::move(sum), rows}); }
   // The mean over rows of each micro-batch, averaged over the micro-batches.
   double loss() const {
@@ -87,11 +96,27 @@ class StepOutput {
   std::vector<std::pair<std::shared_ptr<Kernels::PendingValue>, int64_t>> parts_;
 };
 
+// evaluate()'s figures: the loss's mean over every evaluated row and each metric's value,
+// in the order the metrics were given.
 struct EvalResult {
-  double loss = 0;      // mean over every evaluated sample
-  double accuracy = 0;  // fraction correct
-  int64_t samples = 0;
+  double loss = 0;
+  int64_t samples = 0;  // rows
+  std::vector<std::pair<std::string, double>> metrics;
+  // The metric named `name`, or nullopt when none has that name.
+  std::optional<double> metric(std::string_view name) const {
+    for (const auto& [key, value] : metrics)
+      if (key == name) return value;
+    return std::nullopt;
+  }
 };
+
+// What a loss factory is given for each replica it builds a loss for.
+struct LossContext {
+  std::shared_ptr<ProcessGroup> group;  // ddp: the strategy's process group; null in single and dp
+  Device device = Device::cpu();        // the replica's device
+};
+using LossFactory = std::function<std::unique_ptr<Loss>(const LossContext&)>;
+using MetricsFactory = std::function<Metrics()>;
 
 struct BucketInfo {
   int64_t bytes = 0;
@@ -107,6 +132,23 @@ enum class FullState {
 class Strategy {
  public:
   virtual ~Strategy() = default;
+  // While a NoSync lives (Strategy::no_sync, PyTorch's DDP.no_sync), forward_backward leaves
+  // the gradients unreduced and does not zero them: each call ADDS its mean-loss gradients
+  // locally, with no communication. The first forward_backward after the scope ends adds its
+  // own and then synchronises the sum (DDP: all-reduced as usual), so the result is the SUM of
+  // every call's gradients, reduced once. step() inside the scope is an error.
+  class NoSync {
+   public:
+    explicit NoSync(Strategy& s) : s_(&s) { ++s_->no_sync_depth_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    ~NoSync() { --s_->no_sync_depth_; }
+
+   private:
+    Strategy* s_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+  bool syncing() const { return no_sync_depth_ == 0; }
   virtual const char* mode() const = 0;   // "single", "dp", "ddp"
   virtual int replicas() const = 0;       // 1, DP devices, or DDP world size
   virtual int rank() const { return 0; }  // this process's rank (DDP)
@@ -127,8 +169,8 @@ class Strategy {
     PhaseTimes times;
     step(lr, times);
   }
-  // Mean loss and accuracy over every sample the loader yields, on every replica's
-  // share combined.
+  // The loss's mean over every row the loader yields and each metric's value (the model in
+  // evaluation mode; it is back in training mode after).
   virtual EvalResult evaluate(BatchSource& loader) = 0;
 
   // Mean of every replica's local loss (a collective in DDP: call on every rank).
@@ -154,6 +196,31 @@ class Strategy {
   // True when every replica holds bit-identical parameters (DDP all-gathers checksums).
   virtual bool replicas_identical() { return true; }
   virtual std::vector<BucketInfo> buckets() const { return {}; }
+  // The loss and metrics each replica uses (ParallelOptions::loss and ::metrics); the
+  // defaults are softmax cross-entropy and {accuracy}. The loss must be set before the
+  // first forward_backward; a strategy holding several replicas builds one loss per replica.
+  virtual void set_loss(const LossFactory& make_loss) = 0;
+  void set_metrics(MetricsFactory make_metrics) { make_metrics_ = std::move(make_metrics); }
+
+ protected:
+  // Whether this forward_backward starts from zero gradients (false after a no_sync call).
+  bool begin_accumulation() {
+    const bool fresh = !accumulating_;
+    accumulating_ = !syncing();
+    return fresh;
+  }
+  void check_not_accumulating(const char* what) const {
+    if (accumulating_)
+      throw std::logic_error(std::string(what) +
+                             ": the gradients were accumulated under no_sync and not yet synchronised; run one "
+                             "forward_backward outside the no_sync scope first");
+  }
+  Metrics make_metrics() const { return make_metrics_ ? make_metrics_() : default_metrics(); }
+
+ private:
+  int no_sync_depth_ = 0;
+  bool accumulating_ = false;  // a no_sync forward_backward left gradients to add to
+  MetricsFactory make_metrics_;
 };
 
 }  // namespace tandem

@@ -136,7 +136,7 @@ TEST(Gpt, GradientReadyFiresOnceAndAsEarlyAsEachGradientIsFinal) {
   Tensor logits = m.forward(b.inputs);
   ASSERT_EQ(logits.shape(), (Shape{18, 11}));
   loss.forward(logits, b.labels);
-  m.backward(loss.backward(1.f / 18));
+  m.backward(loss.dlogits(1.f / 18));
   std::set<std::string> unique(order.begin(), order.end());
   EXPECT_EQ(order.size(), m.parameters().size());
   EXPECT_EQ(unique.size(), order.size());
@@ -156,7 +156,7 @@ TEST(Gpt, TiedWeightGetsBothContributions) {
   for (int64_t i = 0; i < b.inputs.numel(); ++i) b.inputs.data<int32_t>()[i] %= 5;  // ids 0..4 only
   SoftmaxCrossEntropy loss;
   loss.forward(m.forward(b.inputs), b.labels);
-  m.backward(loss.backward(1.f / 12));
+  m.backward(loss.dlogits(1.f / 12));
   auto g = m.find("wte.weight")->grad.to_vector();
   for (int64_t row : {7, 9}) {
     double norm = 0;
@@ -174,7 +174,7 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   auto mean_loss = [&] { return loss.forward(m.forward(b.inputs), b.labels); };
   m.zero_grad();
   mean_loss();
-  m.backward(loss.backward(1.f / 12));
+  m.backward(loss.dlogits(1.f / 12));
   for (Parameter* p : m.parameters()) {
     const auto grad = p->grad.to_vector();
     float* v = p->value.f32();
@@ -344,7 +344,7 @@ TEST(GptReference, MatchesPyTorch) {
   const double l = loss.forward(logits, labels);
   const double want = ref.tensors.at("loss").to_vector()[0];
   EXPECT_NEAR(l, want, 1e-4 * want);
-  m.backward(loss.backward(1.f / static_cast<float>(rows)));
+  m.backward(loss.dlogits(1.f / static_cast<float>(rows)));
   for (Parameter* p : m.parameters()) {
     const double e = relative_error(p->grad.to_vector(), ref.tensors.at("grad." + p->name).to_vector());
     EXPECT_LT(e, 1e-3) << "gradient of " << p->name;

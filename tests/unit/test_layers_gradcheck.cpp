@@ -276,7 +276,7 @@ TEST(LayerGradcheck, SoftmaxCrossEntropyMeanLoss) {
   for (int i = 0; i < 4; ++i) labels_i32.data<int32_t>()[i] = static_cast<int32_t>(lv[i]);
   SoftmaxCrossEntropy loss;
   loss.forward(logits, labels_i32);
-  const auto analytic = loss.backward(1.f / 4).to_vector();
+  const auto analytic = loss.dlogits(1.f / 4).to_vector();
   for (int64_t i = 0; i < logits.numel(); ++i) {
     float* p = logits.f32() + i;
     const float saved = *p, hi = saved + static_cast<float>(kEps), lo = saved - static_cast<float>(kEps);
