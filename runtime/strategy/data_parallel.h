@@ -29,6 +29,8 @@ class DataParallelStrategy final : public Strategy {
                        std::vector<Device> devices, const LossFactory& make_loss = {});
   const char* mode() const override { return "dp"; }
   int replicas() const override { return static_cast<int>(replicas_.size()); }
+  using Strategy::forward_backward;  // the overloads without phase times
+  using Strategy::step;
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
   void step(float lr, PhaseTimes& times) override;
   EvalResult evaluate(BatchSource& loader) override;

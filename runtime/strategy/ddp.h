@@ -35,6 +35,8 @@ class DdpStrategy final : public Strategy {
   int rank() const override { return group_->rank(); }
   std::string backend() const override { return group_->backend_name(); }
 
+  using Strategy::forward_backward;  // the overloads without phase times
+  using Strategy::step;
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
   void step(float lr, PhaseTimes& times) override;
   EvalResult evaluate(BatchSource& loader) override;

@@ -16,6 +16,8 @@ class SingleStrategy final : public Strategy {
                  const LossFactory& make_loss = {});
   const char* mode() const override { return "single"; }
   int replicas() const override { return 1; }
+  using Strategy::forward_backward;  // the overloads without phase times
+  using Strategy::step;
   StepOutput forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) override;
   void step(float lr, PhaseTimes& times) override;
   EvalResult evaluate(BatchSource& loader) override;

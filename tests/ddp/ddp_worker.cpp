@@ -8,6 +8,7 @@
 //   identical    50 steps of momentum SGD from per-rank seeds: every rank's parameters
 //                are bit-identical (all-gathered bytes, compared on every rank)
 //   no_overlap   the same parameters, bit for bit, as with overlap
+//   no_sync      two calls under no_sync and one after == single under no_sync (the sum)
 //   grad_accum   DDP with K=4 micro-batches == single process with one batch of 4*N*b
 //   unused       branch model: with find_unused it trains and matches single; without, the
 //                first step fails naming the unused parameters and the option
@@ -458,12 +459,54 @@ void gpt(std::shared_ptr<ProcessGroup> pg) {
   std::printf("gpt: replicas bit-identical on %d ranks after 50 AdamW steps\n", world);
 }
 
+// no_sync: two calls inside the scope communicate nothing (no collective is issued) and
+// the call after it reduces once; the gradients are the SUM of the three calls', as a
+// single process computes them on the global batches (under no_sync too). step() on
+// unreduced gradients is refused.
+void no_sync(std::shared_ptr<ProcessGroup> pg) {
+  const int world = pg->size();
+  DdpStrategy ddp(mlp(), sgd(), Device::cpu(), pg, small_buckets());
+  SingleStrategy single(mlp(), sgd(), Device::cpu());
+  double worst = 0;
+  for (int s = 0; s < 3; ++s) {
+    for (int c = 0; c < 3; ++c) {
+      Batch g = global_batch(s * 3 + c, 8 * world);
+      if (c < 2) {
+        const uint64_t seq = pg->last_seq();
+        {
+          auto a = ddp.no_sync();
+          auto b = single.no_sync();
+          ddp.forward_backward(shard(g, pg->rank(), world));
+          single.forward_backward(g);
+        }
+        check(pg->last_seq() == seq, "no collective inside no_sync");
+        bool refused = false;
+        try {
+          ddp.step(0.1f);
+        } catch (const std::logic_error& e) {
+          refused = std::string(e.what()).find("no_sync") != std::string::npos;
+        }
+        check(refused, "step() after a no_sync call is refused, naming no_sync");
+      } else {
+        ddp.forward_backward(shard(g, pg->rank(), world));
+        single.forward_backward(g);
+      }
+    }
+    worst = std::max(worst, worst_gradient_error(ddp.model(), single.model()).error);
+    ddp.step(0.1f);
+    single.step(0.1f);
+  }
+  check(ddp.replicas_identical(), "replicas identical");
+  std::printf("no_sync: max relative gradient difference %.3g\n", worst);
+  check(worst < 1e-5, "DDP under no_sync equals single under no_sync within 1e-5");
+}
+
 int main(int argc, char** argv) {
   // --backend NAME: what init_process_group is asked for (default auto).
   const std::map<std::string, Scenario> scenarios = {
       {"equivalence", equivalence}, {"gradients", gradients},   {"identical", identical},
       {"no_overlap", no_overlap},   {"grad_accum", grad_accum},
       {"unused", unused},           {"hooks", hooks},           {"mismatch", mismatch},
-      {"buckets", buckets},         {"gpt", gpt}};
+      {"buckets", buckets},         {"gpt", gpt},               {"no_sync", no_sync}};
   return run_scenario_main(argc, argv, "ddp_worker", scenarios, g_rank);
 }
