@@ -55,6 +55,7 @@ Tensor row_slice(const Tensor& t, int64_t begin, int64_t end) {
 }  // namespace
 
 StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
+  if (micro_batches.empty()) return StepOutput::finished();
   const int n = replicas();
   Kernels& k0 = kernels_for(devices_[0]);
   Stopwatch sw(k0);

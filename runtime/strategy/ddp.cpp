@@ -2,6 +2,7 @@
 // attached to the model's gradient-ready hook.
 #include "runtime/strategy/ddp.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
@@ -103,6 +104,38 @@ void DdpStrategy::broadcast_parameters() {
 }
 
 StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
+  // Uneven inputs: every rank's sample count first, so all agree on what this step is.
+  std::vector<double> weights;
+  if (uneven_ != UnevenInputs::off) {
+    int64_t mine = 0;
+    for (const Batch& b : micro_batches) mine += b.inputs.dim(0);
+    const std::vector<int64_t> samples = per_rank(mine);
+    int64_t total = 0;
+    std::vector<int> out_of_data;
+    for (int r = 0; r < static_cast<int>(samples.size()); ++r) {
+      total += samples[r];
+      if (samples[r] == 0) out_of_data.push_back(r);
+    }
+    if (total == 0) return StepOutput::finished();
+    if (!out_of_data.empty() && uneven_ == UnevenInputs::throw_on_early_termination) {
+      std::ostringstream msg;
+      msg << "uneven inputs: rank" << (out_of_data.size() > 1 ? "s" : "");
+      for (size_t i = 0; i < out_of_data.size(); ++i) msg << (i ? ", " : " ") << out_of_data[i];
+      msg << " ran out of data at step " << steps_seen_ << " while " << (samples.size() - out_of_data.size())
+          << " of " << samples.size() << " ranks still had batches (policy throw_on_early_termination)";
+      throw std::runtime_error(msg.str());
+    }
+    ++steps_seen_;
+    if (mine == 0) return shadow_backward(times);
+    // Each rank's mean-loss gradient weighted by its share of the step's samples, times W
+    // (the reducer averages): the mean over every sample seen. When every rank holds the
+    // same count this is 1/K, which keeps the plain path's arithmetic.
+    const bool even = std::all_of(samples.begin(), samples.end(), [&](int64_t n) { return n == samples[0]; });
+    if (!even)
+      for (const Batch& b : micro_batches)
+        weights.push_back(static_cast<double>(group_->size()) * static_cast<double>(b.inputs.dim(0)) /
+                          static_cast<double>(total));
+  }
   // The first K-1 micro-batches accumulate locally (reducer detached: no_sync); the
   // last one's backward feeds the reducer, which overlaps the all-reduce with it.
   // ZeRO: the parameters' all-gathers of the last step are waited for per layer.
@@ -111,16 +144,33 @@ StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, P
   if (zero_) zero_->begin_forward();
   const bool syncs = syncing();
   const bool fresh = begin_accumulation();
-  StepOutput out =
-      accumulate_micro_batches(*model_, *loss_, device_, micro_batches, times, fresh, [this, syncs](bool last) {
+  StepOutput out = accumulate_micro_batches(
+      *model_, *loss_, device_, micro_batches, times, fresh,
+      [this, syncs](bool last) {
         sync_ = syncs && last;
         if (sync_) reducer_->prepare_for_backward();
-      });
+      },
+      weights);
   sync_ = false;
   if (!syncs) return out;
   reducer_->finalize_backward(times);
   if (zero_) zero_->end_forward_backward(times);
   return out;
+}
+
+StepOutput DdpStrategy::shadow_backward(PhaseTimes& times) {
+  // This rank has no batch: it reduces zeros, bucket by bucket as the others do, so its
+  // gradients end as the others' average and its step keeps the replica identical.
+  if (!syncing())
+    throw std::logic_error("uneven inputs: a rank without batches cannot take part inside no_sync");
+  if (zero_) zero_->begin_forward();
+  if (begin_accumulation()) model_->zero_grad();
+  reducer_->prepare_for_backward();
+  const auto& params = model_->parameters();
+  for (size_t i = params.size(); i-- > 0;) reducer_->mark_ready(*params[i]);
+  reducer_->finalize_backward(times);
+  if (zero_) zero_->end_forward_backward(times);
+  return StepOutput();
 }
 
 void DdpStrategy::step(float lr, PhaseTimes& times) {

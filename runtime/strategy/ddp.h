@@ -9,6 +9,11 @@
 // synchronises: the result equals one K-times larger batch. Under no_sync
 // (Strategy::NoSync) every micro-batch runs detached and nothing is reduced; the next
 // synchronising call's last micro-batch reduces everything accumulated.
+// Uneven inputs (set_uneven_inputs, runtime/strategy/strategy.h's UnevenInputs): under
+// join a rank that ran out of batches calls forward_backward with none and reduces zeros
+// bucket by bucket, so every rank issues the same collectives; the others weight their
+// gradients by their share of the step's samples, so the result is the mean over the
+// samples seen. ZeRO and comm hooks are unaffected: they see buckets as usual.
 // With reducer_options.zero_stage = 1 (ZeRO-1, runtime/strategy/zero.h) the optimizer
 // state is sharded: gradients are reduce-scattered, each rank updates its shard and the
 // parameters are all-gathered. After forward_backward only this rank's shard of the
@@ -57,6 +62,7 @@ class DdpStrategy final : public Strategy {
 
  private:
   void check_parameters_match();
+  StepOutput shadow_backward(PhaseTimes& times);
   void broadcast_parameters();
 
   std::unique_ptr<Model> model_;
@@ -68,6 +74,7 @@ class DdpStrategy final : public Strategy {
   Device device_;
   Tracer* tracer_;
   bool sync_ = false;
+  int64_t steps_seen_ = 0;  // forward_backward calls under an uneven-inputs policy (for its message)
 };
 
 // FNV-1a 64 of a parameter's name, dtype and shape: equal on two ranks when they

@@ -114,6 +114,7 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
       ro.zero_stage = o.zero_stage;
       auto s = std::make_unique<DdpStrategy>(build(), optimizer, o.device, std::move(group), ro, tracer, o.loss);
       s->set_metrics(o.metrics);
+      s->set_uneven_inputs(o.uneven_inputs);
       return s;
     }
   }

@@ -64,6 +64,8 @@ struct ParallelOptions {
   // and the evaluation metrics (runtime/layers/metric.h; null: {accuracy}).
   LossFactory loss;
   MetricsFactory metrics;
+  // ddp: ranks holding different numbers of batches (UnevenInputs, runtime/strategy/strategy.h).
+  UnevenInputs uneven_inputs = UnevenInputs::off;
 };
 
 using ModelFactory = std::function<std::unique_ptr<Model>()>;

@@ -27,7 +27,8 @@ void SingleStrategy::set_loss(const LossFactory& make_loss) { loss_ = make_repli
 
 StepOutput accumulate_micro_batches(Model& model, Loss& loss, Device device, std::span<const Batch> micro_batches,
                                     PhaseTimes& times, bool zero_first,
-                                    const std::function<void(bool last)>& before_each) {
+                                    const std::function<void(bool last)>& before_each,
+                                    std::span<const double> weights) {
   Stopwatch sw(kernels_for(device));
   if (zero_first) model.zero_grad();
   const float micro = static_cast<float>(micro_batches.size());
@@ -41,13 +42,16 @@ StepOutput accumulate_micro_batches(Model& model, Loss& loss, Device device, std
     const int64_t rows = sum.rows;
     out.add(std::move(sum));
     sw.lap(times, &PhaseTimes::forward_ms);
-    model.backward_outputs(loss.backward(1.0f / (static_cast<float>(rows) * micro)));
+    const float scale = weights.empty() ? 1.0f / (static_cast<float>(rows) * micro)
+                                        : static_cast<float>(weights[m] / static_cast<double>(rows));
+    model.backward_outputs(loss.backward(scale));
     sw.lap(times, &PhaseTimes::backward_ms);
   }
   return out;
 }
 
 StepOutput SingleStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
+  if (micro_batches.empty()) return StepOutput::finished();
   return accumulate_micro_batches(*model_, *loss_, device_, micro_batches, times, begin_accumulation());
 }
 
@@ -56,6 +60,15 @@ void SingleStrategy::step(float lr, PhaseTimes& times) {
   Stopwatch sw(kernels_for(device_));
   optimizer_->step(lr);
   sw.lap(times, &PhaseTimes::optimizer_ms);
+}
+
+const char* uneven_inputs_str(UnevenInputs u) {
+  switch (u) {
+    case UnevenInputs::off: return "off";
+    case UnevenInputs::join: return "join";
+    case UnevenInputs::throw_on_early_termination: return "throw_on_early_termination";
+  }
+  return "?";
 }
 
 EvalResult SingleStrategy::evaluate(BatchSource& loader) {

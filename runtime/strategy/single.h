@@ -40,9 +40,12 @@ std::unique_ptr<Loss> make_replica_loss(const LossFactory& make_loss, const Loss
 // mean loss: its gradient is scaled by 1 / (its rows * K)). `before_each(last)` runs before
 // each micro-batch (DDP attaches its reducer to the last). Returns the mean loss over the
 // micro-batches, read later.
+// `weights`, when given, replaces 1/K: micro-batch m's gradient is scaled by
+// weights[m] / (its rows) (DDP's uneven inputs weight each rank by its share of samples).
 StepOutput accumulate_micro_batches(Model& model, Loss& loss, Device device, std::span<const Batch> micro_batches,
                                     PhaseTimes& times, bool zero_first = true,
-                                    const std::function<void(bool last)>& before_each = {});
+                                    const std::function<void(bool last)>& before_each = {},
+                                    std::span<const double> weights = {});
 
 // Shared by every strategy: the loss's mean over rows and each metric of `model` on a
 // loader's batches, on `device`.

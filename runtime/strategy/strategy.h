@@ -80,6 +80,14 @@ class StepOutput {
  public:
   StepOutput() = default;
   explicit StepOutput(double loss) : known_(loss) {}
+  // Uneven inputs (UnevenInputs::join): no rank had a batch, so nothing was computed and
+  // the loop is over (on every rank at the same step).
+  static StepOutput finished() {
+    StepOutput out;
+    out.finished_ = true;
+    return out;
+  }
+  bool done() const { return finished_; }
   // One micro-batch: the sum of its `rows` row losses.
   void add(LossSum sum) { add(std::move(sum.sum), sum.rows); }
   void add(std::shared_ptr<Kernels::PendingValue> sum, int64_t rows) { parts_.push_back({std::move(sum), rows}); }
@@ -93,8 +101,26 @@ class StepOutput {
 
  private:
   double known_ = 0;
+  bool finished_ = false;
   std::vector<std::pair<std::shared_ptr<Kernels::PendingValue>, int64_t>> parts_;
 };
+
+// What DDP does when ranks hold different numbers of batches (PyTorch's Join). A rank out
+// of data calls forward_backward with no micro-batches (and then step, as the others do).
+enum class UnevenInputs : uint8_t {
+  // Every rank must call forward_backward with batches equally often (a rank that stops
+  // early leaves the others in a collective until its timeout). No extra communication.
+  off,
+  // Each step first exchanges every rank's sample count (one small all-gather). A rank
+  // without batches takes part in the gradient reduction with zeros, so the gradients are
+  // the mean over the samples actually seen in that step; once no rank has a batch,
+  // forward_backward returns StepOutput::finished() on every rank.
+  join,
+  // The same exchange, but the first step in which some rank has no batch while others do
+  // throws std::runtime_error on every rank, naming the ranks that ran out.
+  throw_on_early_termination,
+};
+const char* uneven_inputs_str(UnevenInputs u);
 
 // evaluate()'s figures: the loss's mean over every evaluated row and each metric's value,
 // in the order the metrics were given.
@@ -200,6 +226,11 @@ class Strategy {
   // defaults are softmax cross-entropy and {accuracy}. The loss must be set before the
   // first forward_backward; a strategy holding several replicas builds one loss per replica.
   virtual void set_loss(const LossFactory& make_loss) = 0;
+  // Uneven inputs (DDP; runtime/strategy/ddp.h). Where one process holds every replica
+  // there is nothing to match: forward_backward with no micro-batches returns
+  // StepOutput::finished() under any policy.
+  virtual void set_uneven_inputs(UnevenInputs policy) { uneven_ = policy; }
+  UnevenInputs uneven_inputs() const { return uneven_; }
   void set_metrics(MetricsFactory make_metrics) { make_metrics_ = std::move(make_metrics); }
 
  protected:
@@ -216,6 +247,7 @@ class Strategy {
                              "forward_backward outside the no_sync scope first");
   }
   Metrics make_metrics() const { return make_metrics_ ? make_metrics_() : default_metrics(); }
+  UnevenInputs uneven_ = UnevenInputs::off;
 
  private:
   int no_sync_depth_ = 0;

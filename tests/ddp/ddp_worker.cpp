@@ -8,6 +8,9 @@
 //   identical    50 steps of momentum SGD from per-rank seeds: every rank's parameters
 //                are bit-identical (all-gathered bytes, compared on every rank)
 //   no_overlap   the same parameters, bit for bit, as with overlap
+//   uneven       ranks holding 10, 7, 3 (, 5) batches under join: no hang, each step == single
+//                on the samples seen (plain, ZeRO-1, fp16 hook)
+//   uneven_throw the same under throw_on_early_termination: every rank stops, naming the rank
 //   no_sync      two calls under no_sync and one after == single under no_sync (the sum)
 //   grad_accum   DDP with K=4 micro-batches == single process with one batch of 4*N*b
 //   unused       branch model: with find_unused it trains and matches single; without, the
@@ -501,12 +504,100 @@ void no_sync(std::shared_ptr<ProcessGroup> pg) {
   check(worst < 1e-5, "DDP under no_sync equals single under no_sync within 1e-5");
 }
 
+// Uneven inputs: rank r holds kUnevenCounts[r] batches of 8 rows (rank 1's last one 5
+// rows). Under join every rank loops until forward_backward says finished, which must be
+// after exactly max(count) steps on every rank, and each step's result equals a single
+// process on the samples the active ranks held in that step: gradients (plain DDP) or
+// parameters (ZeRO-1, whose gradients are sharded) within 1e-5, parameters within 1e-2
+// under the fp16 comm hook.
+constexpr int64_t kUnevenCounts[] = {10, 7, 3, 5};
+
+Batch uneven_batch(int rank, int64_t step) {
+  const int64_t rows = rank == 1 && step == kUnevenCounts[1] - 1 ? 5 : 8;
+  return global_batch(step * 10 + rank, rows);
+}
+
+void run_uneven(std::shared_ptr<ProcessGroup> pg, ReducerOptions ro, const char* what) {
+  const int world = pg->size(), rank = pg->rank();
+  DdpStrategy ddp(mlp(), sgd(), Device::cpu(), pg, ro);
+  ddp.set_uneven_inputs(UnevenInputs::join);
+  SingleStrategy single(mlp(), sgd(), Device::cpu());
+  const bool exact = ro.zero_stage == 0 && ro.hook == CommHookKind::none;
+  int64_t steps = 0;
+  double worst = 0;
+  for (;;) {
+    std::vector<Batch> mine;
+    if (steps < kUnevenCounts[rank]) mine.push_back(uneven_batch(rank, steps));
+    StepOutput out = ddp.forward_backward(mine);
+    if (out.done()) break;
+    std::vector<Batch> seen;
+    for (int r = 0; r < world; ++r)
+      if (steps < kUnevenCounts[r]) seen.push_back(uneven_batch(r, steps));
+    std::vector<Batch> one{concat(seen)};
+    single.forward_backward(one);
+    if (exact) worst = std::max(worst, worst_gradient_error(ddp.model(), single.model()).error);
+    ddp.step(0.1f);
+    single.step(0.1f);
+    if (!exact) worst = std::max(worst, testing::max_relative_difference(ddp.model(), single.model()));
+    ++steps;
+  }
+  const int64_t longest = *std::max_element(kUnevenCounts, kUnevenCounts + world);
+  check(steps == longest, "the loop ends after the longest rank's " + std::to_string(longest) + " steps, not " +
+                              std::to_string(steps));
+  check(ddp.replicas_identical(), "replicas identical after uneven inputs");
+  std::printf("uneven (%s): %lld steps, max relative %s difference %.3g\n", what, static_cast<long long>(steps),
+              exact ? "gradient" : "parameter", worst);
+  check(worst < (ro.hook == CommHookKind::none ? 1e-5 : 1e-2), "every step equals a single process on the samples seen");
+}
+
+void uneven(std::shared_ptr<ProcessGroup> pg) {
+  run_uneven(pg, small_buckets(), "join");
+  ReducerOptions zero = small_buckets();
+  zero.zero_stage = 1;
+  run_uneven(pg, zero, "join, zero-1");
+  ReducerOptions fp16 = small_buckets();
+  fp16.hook = CommHookKind::fp16;
+  run_uneven(pg, fp16, "join, fp16 hook");
+}
+
+// throw_on_early_termination: every rank throws at the first step a rank is out of data
+// (step 3: rank 2 held 3 batches), naming it; nothing hangs, and the group still works.
+void uneven_throw(std::shared_ptr<ProcessGroup> pg) {
+  const int world = pg->size(), rank = pg->rank();
+  for (int zero_stage : {0, 1}) {
+    ReducerOptions ro = small_buckets();
+    ro.zero_stage = zero_stage;
+    DdpStrategy ddp(mlp(), sgd(), Device::cpu(), pg, ro);
+    ddp.set_uneven_inputs(UnevenInputs::throw_on_early_termination);
+    const int64_t shortest = *std::min_element(kUnevenCounts, kUnevenCounts + world);
+    int64_t steps = 0;
+    std::string message;
+    try {
+      for (;; ++steps) {
+        std::vector<Batch> mine;
+        if (steps < kUnevenCounts[rank]) mine.push_back(uneven_batch(rank, steps));
+        if (ddp.forward_backward(mine).done()) break;
+        ddp.step(0.1f);
+      }
+    } catch (const std::runtime_error& e) {
+      message = e.what();
+    }
+    std::string expected = "rank " + std::to_string(world == 2 ? 1 : 2) + " ran out of data at step " +
+                           std::to_string(shortest);
+    check(steps == shortest, "stopped at step " + std::to_string(shortest) + ", not " + std::to_string(steps));
+    check(message.find(expected) != std::string::npos, "the message names '" + expected + "': " + message);
+    check(message.find("throw_on_early_termination") != std::string::npos, "the message names the policy");
+  }
+  pg->barrier()->synchronize(std::chrono::seconds(60));
+}
+
 int main(int argc, char** argv) {
   // --backend NAME: what init_process_group is asked for (default auto).
   const std::map<std::string, Scenario> scenarios = {
       {"equivalence", equivalence}, {"gradients", gradients},   {"identical", identical},
       {"no_overlap", no_overlap},   {"grad_accum", grad_accum},
       {"unused", unused},           {"hooks", hooks},           {"mismatch", mismatch},
-      {"buckets", buckets},         {"gpt", gpt},               {"no_sync", no_sync}};
+      {"buckets", buckets},         {"gpt", gpt},               {"no_sync", no_sync},
+      {"uneven", uneven},           {"uneven_throw", uneven_throw}};
   return run_scenario_main(argc, argv, "ddp_worker", scenarios, g_rank);
 }
