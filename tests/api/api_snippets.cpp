@@ -115,6 +115,79 @@ class InMemoryBatches final : public tandem::BatchSource {
 };
 // [end]
 
+// [snippet: own-loss]
+// Half the squared distance between output 0 and target 0, both (N, D) f32: row i's loss
+// is 0.5 * sum_j (y_ij - t_ij)^2, its gradient scale * (y - t). It returns the SUM of the
+// row losses and the row count; the strategy picks the scale (1 / rows of the global
+// batch). Built from kernels_for(), so it runs on any device.
+class HalfSquaredError final : public tandem::Loss {
+ public:
+  std::string name() const override { return "half_squared_error"; }
+  tandem::LossSum forward(std::span<const tandem::Tensor> outputs, std::span<const tandem::Tensor> targets) override {
+    if (outputs.empty() || targets.empty()) throw std::invalid_argument(name() + ": needs an output and a target");
+    const tandem::Tensor& y = outputs[0];
+    const tandem::Tensor& t = targets[0];
+    if (t.shape() != y.shape()) tandem::throw_shape_error(name(), "target", tandem::shape_str(y.shape()), t.shape());
+    tandem::Kernels& k = tandem::kernels_for(y.device());
+    diff_ = tandem::Tensor::empty(y.shape(), tandem::DType::f32, y.device());
+    k.copy(diff_.f32(), y.f32(), y.numel());
+    k.axpy(diff_.f32(), t.f32(), y.numel(), -1.0f);  // y - t
+    tandem::Tensor squares = tandem::Tensor::empty(y.shape(), tandem::DType::f32, y.device());
+    k.mul(squares.f32(), diff_.f32(), diff_.f32(), y.numel());
+    k.scale(squares.f32(), y.numel(), 0.5f);
+    return {k.sum_later(squares.f32(), squares.numel()), y.dim(0)};
+  }
+  std::span<const tandem::Tensor> backward(float scale) override {
+    grad_[0] = diff_.clone();
+    tandem::kernels_for(grad_[0].device()).scale(grad_[0].f32(), grad_[0].numel(), scale);
+    return grad_;
+  }
+
+ private:
+  tandem::Tensor diff_, grad_[1];
+};
+// [end]
+
+// y = x . (1, -2, 3) + 0.5 + noise: a regression with known coefficients.
+std::vector<tandem::Batch> regression_batches(int64_t batches, int64_t rows) {
+  std::vector<tandem::Batch> out;
+  uint64_t s = 7;
+  auto uniform = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>((s >> 40) % 2001) / 1000.0f - 1.0f;
+  };
+  for (int64_t b = 0; b < batches; ++b) {
+    std::vector<float> x(rows * 3), y(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int j = 0; j < 3; ++j) x[i * 3 + j] = uniform();
+      y[i] = x[i * 3] - 2 * x[i * 3 + 1] + 3 * x[i * 3 + 2] + 0.5f + 0.01f * uniform();
+    }
+    tandem::Batch batch;
+    batch.inputs = tandem::Tensor::from_vector(x, {rows, 3});
+    batch.labels = tandem::Tensor::from_vector(y, {rows, 1});  // f32 targets: whatever the loss reads
+    batch.indices.resize(static_cast<size_t>(rows));
+    out.push_back(batch);
+  }
+  return out;
+}
+
+// Mean absolute error of output 0 against target 0, read on the host.
+class MeanAbsoluteError final : public tandem::Metric {
+ public:
+  std::string name() const override { return "mae"; }
+  void reset() override { sum_ = 0, n_ = 0; }
+  void add(std::span<const tandem::Tensor> outputs, std::span<const tandem::Tensor> targets) override {
+    const std::vector<float> y = outputs[0].to_vector(), t = targets[0].to_vector();
+    for (size_t i = 0; i < y.size(); ++i) sum_ += std::fabs(static_cast<double>(y[i]) - t[i]);
+    n_ += static_cast<int64_t>(y.size());
+  }
+  double value() const override { return n_ ? sum_ / static_cast<double>(n_) : 0; }
+
+ private:
+  double sum_ = 0;
+  int64_t n_ = 0;
+};
+
 // A custom comm hook: all-reduce with average, in place, and count the bytes it moved.
 // [snippet: comm-hook]
 class CountingHook final : public tandem::CommHook {
@@ -139,6 +212,21 @@ tandem::ParallelOptions with_counting_hook(tandem::ParallelOptions options, int6
   return options;
 }
 // [end]
+
+// Compiled, not run here: under ddp every rank's loop ends at its own last batch.
+[[maybe_unused]] void uneven_loop(tandem::ParallelOptions options, tandem::BatchSource& my_batches) {
+  // [snippet: uneven]
+  options.uneven_inputs = tandem::UnevenInputs::join;  // or throw_on_early_termination
+  std::unique_ptr<tandem::Strategy> strategy =
+      tandem::parallelize([] { return make_model(0); }, tandem::OptimizerConfig{}, options);
+  for (;;) {
+    std::vector<tandem::Batch> micro;  // empty once this rank is out of data
+    if (std::optional<tandem::Batch> batch = my_batches.next()) micro.push_back(std::move(*batch));
+    if (strategy->forward_backward(micro).done()) break;  // every rank is out: the same step everywhere
+    strategy->step(0.05f);  // a rank out of data steps too: the replicas stay identical
+  }
+  // [end]
+}
 
 // Compiled, not run here: they need a launcher's environment (examples/ run them).
 [[maybe_unused]] void groups() {
@@ -279,4 +367,51 @@ TEST(Api, TheLoopTrainsInEveryProcessModeAndResumes) {
   tandem::ParallelOptions ddp_options = with_counting_hook(tandem::ParallelOptions{}, &hook_bytes);
   EXPECT_THROW(tandem::parallelize([&] { return make_model(seed); }, tandem::OptimizerConfig{}, ddp_options),
                std::invalid_argument);  // a comm hook needs Mode::ddp
+}
+
+TEST(Api, YourLossAndMetricsTrainARegressionInEveryProcessMode) {
+  tandem::set_cpu_threads(1);
+  for (tandem::Mode mode : {tandem::Mode::single, tandem::Mode::dp}) {
+    // [snippet: loss-options]
+    tandem::ParallelOptions options;
+    options.mode = mode;
+    options.devices = mode == tandem::Mode::dp ? 2 : 1;
+    options.loss = [](const tandem::LossContext&) { return std::make_unique<HalfSquaredError>(); };
+    options.metrics = [] {
+      tandem::Metrics metrics;
+      metrics.push_back(std::make_unique<MeanAbsoluteError>());
+      return metrics;
+    };
+    auto make_linear = [] {
+      auto m = std::make_unique<tandem::Model>();
+      m->add("fc", std::make_unique<tandem::Linear>(3, 1));
+      m->reset_parameters(0);
+      return m;
+    };
+    std::unique_ptr<tandem::Strategy> strategy = tandem::parallelize(make_linear, tandem::OptimizerConfig{}, options);
+    // [end]
+    InMemoryBatches batches(regression_batches(64, 32));
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      batches.set_epoch(epoch);
+      while (std::optional<tandem::Batch> batch = batches.next()) {
+        // [snippet: no-sync]
+        {
+          auto scope = strategy->no_sync();  // gradients add up locally; nothing is communicated
+          strategy->forward_backward(*batch);
+        }
+        strategy->forward_backward(*batch);  // adds its own, then reduces the sum once (DDP)
+        strategy->step(0.02f);
+        // [end]
+      }
+    }
+    InMemoryBatches held_out(regression_batches(4, 32));
+    tandem::EvalResult r = strategy->evaluate(held_out);
+    EXPECT_LT(*r.metric("mae"), 0.02) << tandem::mode_str(mode);
+    const std::vector<float> w = strategy->model().find("fc.weight")->value.to_vector();
+    const float b = strategy->model().find("fc.bias")->value.to_vector()[0];
+    EXPECT_NEAR(w[0], 1.0f, 0.01f);
+    EXPECT_NEAR(w[1], -2.0f, 0.01f);
+    EXPECT_NEAR(w[2], 3.0f, 0.01f);
+    EXPECT_NEAR(b, 0.5f, 0.01f);
+  }
 }
