@@ -18,7 +18,7 @@ set(TANDEM_PUBLIC_HEADERS
   runtime/thread_pool.h
   runtime/layers/activation.h runtime/layers/attention.h runtime/layers/conv2d.h runtime/layers/dropout.h
   runtime/layers/embedding.h runtime/layers/flatten.h runtime/layers/layer_util.h runtime/layers/layernorm.h
-  runtime/layers/linear.h runtime/layers/loss.h runtime/layers/metric.h runtime/layers/maxpool2d.h
+  runtime/layers/linear.h runtime/layers/loss.h runtime/layers/metric.h runtime/layers/regression_loss.h runtime/layers/maxpool2d.h
   runtime/layers/tied_linear.h
   runtime/layers/transformer_block.h
   runtime/optim/optimizer.h

@@ -88,6 +88,20 @@ class Kernels {
   // dlogits = (probs - onehot(labels)) * scale.
   virtual void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels,
                                      int64_t rows, int64_t classes, float scale) = 0;
+  // Regression losses over pred/logits and target (rows, cols), one loss per row: the mean
+  // over the row's cols elements, so the mean of losses is torch's mean-reduction loss.
+  // losses[r] = mean_c (pred - target)^2;  dpred = scale * 2 * (pred - target) / cols.
+  virtual void mse_forward(float* losses, const float* pred, const float* target, int64_t rows,
+                           int64_t cols) = 0;
+  virtual void mse_backward(float* dpred, const float* pred, const float* target, int64_t rows,
+                            int64_t cols, float scale) = 0;
+  // Binary cross-entropy on logits x, stable as torch.nn.BCEWithLogitsLoss: per element
+  // max(x, 0) - x*t + log1p(exp(-|x|)); losses[r] = its mean over the row.
+  // dlogits = scale * (sigmoid(x) - t) / cols.
+  virtual void bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows,
+                                  int64_t cols) = 0;
+  virtual void bce_logits_backward(float* dlogits, const float* logits, const float* target, int64_t rows,
+                                   int64_t cols, float scale) = 0;
   // Number of rows whose argmax equals the label.
   virtual int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
                                 int64_t classes) = 0;

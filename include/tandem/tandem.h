@@ -32,6 +32,7 @@
 #include "runtime/layers/layernorm.h"
 #include "runtime/layers/linear.h"
 #include "runtime/layers/loss.h"
+#include "runtime/layers/regression_loss.h"
 #include "runtime/layers/maxpool2d.h"
 #include "runtime/layers/tied_linear.h"
 #include "runtime/layers/transformer_block.h"

@@ -1,7 +1,8 @@
 // The CPU Kernels class, shared by its translation units: cpu_kernels.cpp (BLAS,
 // elementwise, dtype conversion), cpu_kernels_nn.cpp (convolution, pooling,
-// normalisation, loss, optimizers) and cpu_kernels_transformer.cpp (embedding,
-// attention, GELU-tanh, gradient clipping). Internal to runtime/cpu/: callers use
+// normalisation, softmax cross-entropy, optimizers), cpu_kernels_loss.cpp (MSE and BCE
+// with logits) and cpu_kernels_transformer.cpp (embedding, attention, GELU-tanh,
+// gradient clipping). Internal to runtime/cpu/: callers use
 // tandem::cpu::kernels() or kernels_for(Device::cpu()).
 // Invariant: every method follows kernels.h exactly (outputs first; *_acc adds, the rest
 // overwrite) and keeps no state between calls, so one instance serves every thread.
@@ -88,6 +89,15 @@ class CpuKernels final : public Kernels {
   int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
                         int64_t classes) override;
   double sum(const float* x, int64_t n) override;
+
+  // cpu_kernels_loss.cpp
+  void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols) override;
+  void mse_backward(float* dpred, const float* pred, const float* target, int64_t rows, int64_t cols,
+                    float scale) override;
+  void bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows,
+                          int64_t cols) override;
+  void bce_logits_backward(float* dlogits, const float* logits, const float* target, int64_t rows, int64_t cols,
+                           float scale) override;
 
   // cpu_kernels_transformer.cpp
   void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c) override;

@@ -261,6 +261,29 @@ void CudaKernels::softmax_xent_backward(float* dlogits, const float* probs, cons
   launch::softmax_xent_backward(dlogits, probs, labels, rows, classes, scale, ctx_.stream);
 }
 
+void CudaKernels::mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols) {
+  ensure_current(ctx_.device);
+  launch::mse_forward(losses, pred, target, rows, cols, ctx_.stream);
+}
+
+void CudaKernels::mse_backward(float* dpred, const float* pred, const float* target, int64_t rows, int64_t cols,
+                               float scale) {
+  ensure_current(ctx_.device);
+  launch::mse_backward(dpred, pred, target, rows, cols, scale, ctx_.stream);
+}
+
+void CudaKernels::bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows,
+                                     int64_t cols) {
+  ensure_current(ctx_.device);
+  launch::bce_logits_forward(losses, logits, target, rows, cols, ctx_.stream);
+}
+
+void CudaKernels::bce_logits_backward(float* dlogits, const float* logits, const float* target, int64_t rows,
+                                      int64_t cols, float scale) {
+  ensure_current(ctx_.device);
+  launch::bce_logits_backward(dlogits, logits, target, rows, cols, scale, ctx_.stream);
+}
+
 int64_t CudaKernels::count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) {
   ensure_current(ctx_.device);
   Scratch result(ctx_.allocator, sizeof(int64_t));

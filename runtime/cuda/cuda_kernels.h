@@ -57,6 +57,13 @@ class CudaKernels final : public Kernels {
                             int64_t rows, int64_t classes) override;
   void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
                              int64_t classes, float scale) override;
+  void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols) override;
+  void mse_backward(float* dpred, const float* pred, const float* target, int64_t rows, int64_t cols,
+                    float scale) override;
+  void bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows,
+                          int64_t cols) override;
+  void bce_logits_backward(float* dlogits, const float* logits, const float* target, int64_t rows, int64_t cols,
+                           float scale) override;
   int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override;
   double sum(const float* x, int64_t n) override;
 

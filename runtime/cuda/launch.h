@@ -10,6 +10,7 @@
 //   conv_pool.cu     im2col / col2im_acc (per image and batched), swap_leading,
 //                    maxpool forward / backward
 //   norm_loss.cu     layernorm forward / backward, softmax cross-entropy forward / backward
+//                    MSE and BCE-with-logits forward / backward
 //   optim.cu         sgd_update, adamw_update
 //
 // Invariant: each kernel computes, element for element, the same formula as the CPU
@@ -93,6 +94,14 @@ void softmax_xent_forward(float* probs, float* losses, const float* logits, cons
                           int64_t classes, DeviceError* error, cudaStream_t stream);
 void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
                            int64_t classes, float scale, cudaStream_t stream);
+void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols,
+                 cudaStream_t stream);
+void mse_backward(float* dpred, const float* pred, const float* target, int64_t rows, int64_t cols, float scale,
+                  cudaStream_t stream);
+void bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows, int64_t cols,
+                        cudaStream_t stream);
+void bce_logits_backward(float* dlogits, const float* logits, const float* target, int64_t rows, int64_t cols,
+                         float scale, cudaStream_t stream);
 
 // --- optim.cu -------------------------------------------------------------------------
 void sgd_update(float* param, float* momentum_buf, const float* grad, int64_t n, float lr, float momentum,

@@ -1,10 +1,13 @@
-// LayerNorm (forward, backward) and softmax cross-entropy (forward, backward), side by side.
+// LayerNorm (forward, backward), softmax cross-entropy (forward, backward) and the
+// regression losses, MSE and BCE with logits (forward, backward), side by side.
 // Invariant: one warp per row for the row statistics, with the CPU's formulas (two-pass
 // variance, rstd = 1/sqrt(var+eps), dx = rstd*(g - mean(g) - xhat*mean(g*xhat)),
-// loss = log(sum) - (z_label - max)); dgamma/dbeta are column sums through scratch
-// partials in a fixed order, so backward is deterministic. A label outside [0, C) is
-// recorded in the device's DeviceError block (copied to the host after the kernel and
-// reported at the host's next synchronisation) and that row's loss is NaN.
+// loss = log(sum) - (z_label - max); the regression losses' element terms in float and
+// their row means in double, as runtime/cpu/cpu_kernels_loss.cpp); dgamma/dbeta are
+// column sums through scratch partials in a fixed order, so backward is deterministic. A
+// label outside [0, C) is recorded in the device's DeviceError block (copied to the host
+// after the kernel and reported at the host's next synchronisation) and that row's loss
+// is NaN.
 #include <cmath>
 
 #include "runtime/cuda/launch.h"
@@ -23,6 +26,11 @@ constexpr int64_t kMaxChunks = 1024;
 __device__ __forceinline__ float warp_sum(float v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;  // every lane holds the sum
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -202,6 +210,57 @@ __global__ void softmax_xent_backward_kernel(float* __restrict__ dlogits, const 
   }
 }
 
+// --- regression losses ----------------------------------------------------------------
+// The CPU's element terms (runtime/cpu/cpu_kernels_loss.cpp), operation for operation.
+__device__ __forceinline__ float bce_term(float x, float t) {
+  const float hinge = x > 0.f ? x : 0.f;
+  return fmaf(-x, t, hinge) + log1pf(expf(-fabsf(x)));
+}
+
+__device__ __forceinline__ float stable_sigmoid(float x) {
+  if (x >= 0.f) return __fdiv_rn(1.f, 1.f + expf(-x));
+  const float e = expf(x);
+  return __fdiv_rn(e, 1.f + e);
+}
+
+// losses (rows) <- pred (rows, cols), target (rows, cols): each row's mean term, in double.
+template <bool kBce>
+__global__ void regression_loss_forward_kernel(float* __restrict__ losses, const float* __restrict__ pred,
+                                               const float* __restrict__ target, int64_t rows, int64_t cols) {
+  const int lane = threadIdx.x & 31;
+  TANDEM_WARP_ROW_LOOP(r, rows) {
+    const float* pr = pred + r * cols;
+    const float* tr = target + r * cols;
+    double s = 0;
+    for (int64_t c = lane; c < cols; c += 32) {
+      if constexpr (kBce) {
+        s += bce_term(pr[c], tr[c]);
+      } else {
+        const double d = __fsub_rn(pr[c], tr[c]);  // its square is exact in double
+        s += d * d;
+      }
+    }
+    s = warp_sum(s);
+    if (lane == 0) losses[r] = static_cast<float>(s / static_cast<double>(cols));
+  }
+}
+
+// dpred = scale * 2 * (pred - target) / cols, rounded as the CPU rounds it (no contraction).
+__global__ void mse_backward_kernel(float* __restrict__ dpred, const float* __restrict__ pred,
+                                    const float* __restrict__ target, int64_t n, float scale, float fcols) {
+  TANDEM_GRID_STRIDE_LOOP(i, n) {
+    dpred[i] = __fdiv_rn(__fmul_rn(__fmul_rn(scale, 2.f), __fsub_rn(pred[i], target[i])), fcols);
+  }
+}
+
+// dlogits = scale * (sigmoid(x) - t) / cols.
+__global__ void bce_logits_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
+                                           const float* __restrict__ target, int64_t n, float scale, float fcols) {
+  TANDEM_GRID_STRIDE_LOOP(i, n) {
+    dlogits[i] = __fdiv_rn(__fmul_rn(scale, __fsub_rn(stable_sigmoid(logits[i]), target[i])), fcols);
+  }
+}
+
 }  // namespace
 
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
@@ -248,6 +307,39 @@ void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* la
   if (n <= 0) return;
   softmax_xent_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dlogits, probs, labels, rows, classes, scale);
   TANDEM_CUDA_CHECK_LAUNCH(softmax_xent_backward_kernel);
+}
+
+void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols,
+                 cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  regression_loss_forward_kernel<false><<<row_blocks(rows), kThreads, 0, stream>>>(losses, pred, target, rows, cols);
+  TANDEM_CUDA_CHECK_LAUNCH(regression_loss_forward_kernel);
+}
+
+void mse_backward(float* dpred, const float* pred, const float* target, int64_t rows, int64_t cols, float scale,
+                  cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  mse_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dpred, pred, target, n, scale,
+                                                              static_cast<float>(cols));
+  TANDEM_CUDA_CHECK_LAUNCH(mse_backward_kernel);
+}
+
+void bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows, int64_t cols,
+                        cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  regression_loss_forward_kernel<true><<<row_blocks(rows), kThreads, 0, stream>>>(losses, logits, target, rows,
+                                                                                  cols);
+  TANDEM_CUDA_CHECK_LAUNCH(regression_loss_forward_kernel);
+}
+
+void bce_logits_backward(float* dlogits, const float* logits, const float* target, int64_t rows, int64_t cols,
+                         float scale, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  bce_logits_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dlogits, logits, target, n, scale,
+                                                                     static_cast<float>(cols));
+  TANDEM_CUDA_CHECK_LAUNCH(bce_logits_backward_kernel);
 }
 
 }  // namespace tandem::cuda::launch

@@ -52,6 +52,7 @@ LossSum SoftmaxCrossEntropy::forward(std::span<const Tensor> outputs, std::span<
 }
 
 std::span<const Tensor> SoftmaxCrossEntropy::backward(float scale) {
+  grads_[0] = Tensor();  // last step's handle off the buffer, so dlogits reuses it
   grads_[0] = dlogits(scale);
   return grads_;
 }

@@ -132,6 +132,21 @@ class EmulatedKernels final : public Kernels {
                              float scale) override {
     cpu_.softmax_xent_backward(host_ptr(dl), host_ptr(probs), host_ptr(labels), rows, classes, scale);
   }
+  void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols) override {
+    cpu_.mse_forward(host_ptr(losses), host_ptr(pred), host_ptr(target), rows, cols);
+  }
+  void mse_backward(float* dpred, const float* pred, const float* target, int64_t rows, int64_t cols,
+                    float scale) override {
+    cpu_.mse_backward(host_ptr(dpred), host_ptr(pred), host_ptr(target), rows, cols, scale);
+  }
+  void bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows,
+                          int64_t cols) override {
+    cpu_.bce_logits_forward(host_ptr(losses), host_ptr(logits), host_ptr(target), rows, cols);
+  }
+  void bce_logits_backward(float* dl, const float* logits, const float* target, int64_t rows, int64_t cols,
+                           float scale) override {
+    cpu_.bce_logits_backward(host_ptr(dl), host_ptr(logits), host_ptr(target), rows, cols, scale);
+  }
   int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override {
     return cpu_.count_correct(host_ptr(logits), host_ptr(labels), rows, classes);
   }

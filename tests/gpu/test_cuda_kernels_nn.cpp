@@ -1,5 +1,6 @@
 // CUDA kernels against the CPU kernels, part 2: im2col/col2im, max pooling, layer norm,
-// softmax cross-entropy and the optimizer updates.
+// softmax cross-entropy, the regression losses (MSE, BCE with logits) and the optimizer
+// updates.
 // Tolerances, and why:
 //   im2col, col2im_acc   bit-exact: copies, and per pixel the same additions in the same order
 //   (batched forms too), swap_leading bit-exact (a copy)
@@ -12,6 +13,14 @@
 //                        (expf/logf within 2 ulp of glibc; the row sum over up to 1000
 //                        classes in another order)
 //   softmax/xent bwd     bit-exact from the same probabilities
+//   mse fwd              1e-6 relative (float differences, exact squares, row sums in double
+//                        in another order: at most the final rounding differs)
+//   mse bwd              bit-exact (the same float operations in the same order)
+//   bce-with-logits fwd  1e-5 relative + 1e-6 absolute (expf/log1pf within 2 ulp of glibc)
+//   bce-with-logits bwd  1e-6 relative + 4 ulp of 1 x scale/cols absolute (the sigmoid's
+//                        expf; sigmoid - t may cancel)
+//   the losses and metrics end to end (runtime/layers/regression_loss.h): the same bounds,
+//                        and their device checks
 //   sgd                  1e-6 relative + 1e-7 absolute (FMA contraction may differ)
 //   adamw                at most 1 ulp (both sides spell out every rounding, the CPU body's
 //                        three FMAs included, and sqrt and division are correctly rounded
@@ -21,6 +30,7 @@
 #include <tuple>
 #include <utility>
 
+#include "runtime/layers/regression_loss.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -237,6 +247,73 @@ TEST_F(CudaKernelsNN, BadLabelIsReportedAtTheNextSynchronisation) {
     EXPECT_NE(std::string(e.what()).find("label 10 in row 2 is outside [0, 10)"), std::string::npos) << e.what();
   }
   gpu_k().synchronize();  // reported once, then cleared
+}
+
+TEST_F(CudaKernelsNN, RegressionLosses) {
+  // One column, a tail lane (33), an image row (784); rows that leave warps idle; one row.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{513, 10}, {67, 784}, {67, 1}, {129, 33}, {1, 10}}) {
+    const std::string what = " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols);
+    const int64_t n = rows * cols;
+    auto pred = randn(n, 50, 8.f), target = randn(n, 51, 2.f), probs = uniform(n, 52, 0.f, 1.f);
+    for (int64_t i = 0; i < n; i += 7) pred[i] = (i / 7) % 2 ? 30.f : -100.f;  // the stable form's range
+    for (int64_t i = 0; i < n; i += 5) probs[i] = static_cast<float>((i / 5) % 2);  // hard targets
+    const float scale = 1.f / static_cast<float>(rows);
+    Tensor dp = upload(pred), dt = upload(target), dq = upload(probs);
+    Tensor dloss = Tensor::empty({rows}, DType::f32, gpu()), dgrad = Tensor::empty({n}, DType::f32, gpu());
+    std::vector<float> losses(rows), grad(n);
+
+    cpu_k().mse_forward(losses.data(), pred.data(), target.data(), rows, cols);
+    gpu_k().mse_forward(dloss.f32(), dp.f32(), dt.f32(), rows, cols);
+    expect_close(download(dloss), losses, 1e-6, 0.0, "mse losses" + what);
+    cpu_k().mse_backward(grad.data(), pred.data(), target.data(), rows, cols, scale);
+    gpu_k().mse_backward(dgrad.f32(), dp.f32(), dt.f32(), rows, cols, scale);
+    expect_bitwise(download(dgrad), grad, "mse backward" + what);
+
+    cpu_k().bce_logits_forward(losses.data(), pred.data(), probs.data(), rows, cols);
+    gpu_k().bce_logits_forward(dloss.f32(), dp.f32(), dq.f32(), rows, cols);
+    expect_close(download(dloss), losses, 1e-5, 1e-6, "bce losses" + what);
+    cpu_k().bce_logits_backward(grad.data(), pred.data(), probs.data(), rows, cols, scale);
+    gpu_k().bce_logits_backward(dgrad.f32(), dp.f32(), dq.f32(), rows, cols, scale);
+    expect_close(download(dgrad), grad, 1e-6, 4 * 0x1p-24 * scale / static_cast<double>(cols), "bce backward" + what);
+  }
+}
+
+TEST_F(CudaKernelsNN, RegressionLossesAndMetricsOnTheDevice) {
+  const Shape shape{9, 2, 5};
+  const int64_t n = shape_numel(shape);
+  auto pred = randn(n, 53, 3.f), target = uniform(n, 54, 0.f, 1.f);
+  const Tensor host_pred = Tensor::from_vector(pred, shape), host_target = Tensor::from_vector(target, shape);
+  const Tensor dev_pred = upload(pred).reshape(shape), dev_target = upload(target).reshape(shape);
+  const Tensor ho[] = {host_pred}, ht[] = {host_target}, dout[] = {dev_pred}, dtgt[] = {dev_target};
+  MeanSquaredError cpu_mse, gpu_mse;
+  BceWithLogits cpu_bce, gpu_bce;
+  for (auto [cpu_loss, gpu_loss] : {std::pair<Loss*, Loss*>{&cpu_mse, &gpu_mse}, {&cpu_bce, &gpu_bce}}) {
+    const LossSum want = cpu_loss->forward(ho, ht), got = gpu_loss->forward(dout, dtgt);
+    EXPECT_EQ(got.rows, want.rows);
+    EXPECT_NEAR(got.sum->get(), want.sum->get(), 1e-5 * std::fabs(want.sum->get())) << gpu_loss->name();
+    const Tensor g = gpu_loss->backward(1.f / 9)[0];
+    EXPECT_TRUE(g.device() == gpu());
+    expect_close(download(g), cpu_loss->backward(1.f / 9)[0].to_vector(), 1e-6, 1e-9, gpu_loss->name() + " grad");
+  }
+  MeanSquaredErrorMetric cpu_m, gpu_m;
+  cpu_m.add(ho, ht);
+  gpu_m.add(dout, dtgt);
+  EXPECT_NEAR(gpu_m.value(), cpu_m.value(), 1e-6 * cpu_m.value());
+  BinaryAccuracy cpu_a, gpu_a;
+  cpu_a.add(ho, ht);
+  gpu_a.add(dout, dtgt);  // read back to the host
+  EXPECT_EQ(gpu_a.value(), cpu_a.value());
+  // Output and target on different devices: named, both ways round.
+  const Tensor mixed[] = {host_target};
+  try {
+    gpu_mse.forward(dout, mixed);
+    FAIL() << "a target on the host was accepted for a device output";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MeanSquaredError: target 0 is on cpu but output 0 is on cuda:0"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(gpu_bce.forward(ho, dtgt), std::invalid_argument);
 }
 
 TEST_F(CudaKernelsNN, Sgd) {
