@@ -15,6 +15,9 @@ static void require(bool ok, const std::string& message) {
 
 std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   TrainConfig c;
+  // The choices as typed, checked against their names by CLI11, typed once after parsing.
+  std::string optimizer = "sgd", mode = "single", device = "cpu", backend = "auto", comm_hook = "none",
+              precision = "fp32", grad_reduce_dtype = "fp32";
   CLI::App app{"tandem-train: train a model on one process, one device per replica "
                "(--mode single|dp|ddp). Every flag, variable and exit code: docs/reference.md.",
                "tandem-train"};
@@ -57,7 +60,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--lr", c.lr, "Peak learning rate (after warm-up; cosine decay to --min-lr)");
   app.add_option("--min-lr", c.min_lr, "Learning rate at the end of the cosine decay");
   app.add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (-1: 2% of the run)");
-  app.add_option("--optimizer", c.optimizer, "Optimizer")->check(names({"sgd", "adamw"}));
+  app.add_option("--optimizer", optimizer, "Optimizer")->check(names({"sgd", "adamw"}));
   app.add_option("--momentum", c.momentum, "SGD momentum");
   app.add_flag("--nesterov", c.nesterov, "SGD with Nesterov momentum");
   app.add_option("--weight-decay", c.weight_decay,
@@ -69,23 +72,23 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
                  "Clip gradients to this global L2 norm before each step (0: off); in DDP the norm of the "
                  "all-reduced gradients, the same on every rank");
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout");
-  app.add_option("--mode", c.mode, "Training mode")->check(names({"single", "dp", "ddp"}));
+  app.add_option("--mode", mode, "Training mode")->check(names({"single", "dp", "ddp"}));
   app.add_option("--devices", c.devices, "Devices driven by one process in --mode dp");
-  app.add_option("--device", c.device, "Device kind")->check(names({"cpu", "cuda"}));
+  app.add_option("--device", device, "Device kind")->check(names({"cpu", "cuda"}));
   app.add_option("--threads", c.threads,
                  "BLAS threads (0: OPENBLAS_NUM_THREADS or OMP_NUM_THREADS if set, else all cores)");
-  app.add_option("--backend", c.backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl", "shm", "hier"}));
+  app.add_option("--backend", backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl", "shm", "hier"}));
   app.add_option("--collective-timeout-s", c.collective_timeout_s, "Seconds a collective, or the start-up rendezvous, may wait for the other ranks");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket cap in MB");
   app.add_flag("--no-overlap", c.no_overlap, "All-reduce buckets only after backward ends");
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");
   app.add_option("--grad-accum", c.grad_accum, "Micro-steps per optimizer step");
-  app.add_option("--comm-hook", c.comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
-  app.add_option("--precision", c.precision,
+  app.add_option("--comm-hook", comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
+  app.add_option("--precision", precision,
                  "Matrix products (linear, conv, LM head) in fp32, or bf16 with f32 accumulation; weights, "
                  "optimizer state, loss and softmax stay f32")
       ->check(names({"fp32", "bf16"}));
-  auto* grad_reduce = app.add_option("--grad-reduce-dtype", c.grad_reduce_dtype,
+  auto* grad_reduce = app.add_option("--grad-reduce-dtype", grad_reduce_dtype,
                                      "DDP: all-reduce gradients in fp32 or bf16 (bf16 is --comm-hook bf16)")
                           ->check(names({"fp32", "bf16"}));
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
@@ -118,6 +121,11 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
     throw UsageError(e.what());
   }
   c.progress = !no_progress;
+  c.optimizer = parse_optimizer_kind(optimizer);
+  c.mode = parse_mode(mode);
+  c.device = device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  c.backend = parse_backend(backend);
+  c.precision = parse_precision(precision);
 
   const bool gpt = c.model == "gpt";
   for (CLI::Option* o : gpt_flags)
@@ -137,7 +145,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
     require(c.dropout >= 0 && c.dropout < 1, "--dropout must be in [0, 1)");
     require(c.sample >= 0, "--sample must be >= 0, got " + std::to_string(c.sample));
     require(c.sample == 0 || !c.resume.empty(), "--sample needs --resume (the checkpoint to sample from)");
-    require(c.sample == 0 || c.mode == "single", "--sample runs in --mode single");
+    require(c.sample == 0 || c.mode == Mode::single, "--sample runs in --mode single");
     require(c.temperature > 0, "--temperature must be positive");
   }
   require(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
@@ -164,39 +172,41 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   require(c.grad_accum > 0, "--grad-accum must be positive");
   require(c.save_every >= 0, "--save-every must be >= 0");
 
-  const bool ddp = c.mode == "ddp";
+  const bool ddp = c.mode == Mode::ddp;
   // --grad-reduce-dtype names the reduction's dtype; the bf16 comm hook is what does it.
-  if (c.grad_reduce_dtype == "bf16") {
+  if (grad_reduce_dtype == "bf16") {
     require(ddp, "--grad-reduce-dtype bf16 needs --mode ddp (only DDP all-reduces gradients)");
-    require(c.comm_hook == "none" || c.comm_hook == "bf16",
-            "--grad-reduce-dtype bf16 contradicts --comm-hook " + c.comm_hook);
-    c.comm_hook = "bf16";
+    require(comm_hook == "none" || comm_hook == "bf16",
+            "--grad-reduce-dtype bf16 contradicts --comm-hook " + comm_hook);
+    comm_hook = "bf16";
   } else {
-    require(grad_reduce->count() == 0 || c.comm_hook == "none",
-            "--grad-reduce-dtype fp32 contradicts --comm-hook " + c.comm_hook);
+    require(grad_reduce->count() == 0 || comm_hook == "none",
+            "--grad-reduce-dtype fp32 contradicts --comm-hook " + comm_hook);
   }
+  c.comm_hook = parse_comm_hook(comm_hook);
+  const bool hooked = c.comm_hook != CommHookKind::none;
   require(ddp || !c.no_overlap, "--no-overlap needs --mode ddp");
   require(ddp || !c.no_comm, "--no-comm needs --mode ddp");
-  require(ddp || c.comm_hook == "none", "--comm-hook needs --mode ddp");
-  require(ddp || c.backend == "auto", "--backend needs --mode ddp");
+  require(ddp || !hooked, "--comm-hook needs --mode ddp");
+  require(ddp || c.backend == Backend::automatic, "--backend needs --mode ddp");
   require(ddp || !c.find_unused_parameters, "--find-unused-parameters needs --mode ddp");
   require(c.zero == 0 || c.zero == 1, "--zero " + std::to_string(c.zero) +
                                           " is not built: 0 (off) or 1 (shard the optimizer state)");
   if (c.zero > 0) {
     require(ddp, "--zero 1 needs --mode ddp (it shards the optimizer state across DDP processes), got --mode " +
-                     c.mode);
-    require(c.comm_hook == "none", "--zero 1 reduce-scatters gradients in fp32: it takes no --comm-hook " +
-                                       c.comm_hook + " (nor --grad-reduce-dtype bf16)");
+                     mode);
+    require(!hooked, "--zero 1 reduce-scatters gradients in fp32: it takes no --comm-hook " + comm_hook +
+                         " (nor --grad-reduce-dtype bf16)");
     require(!c.no_comm, "--zero 1 needs gradient communication: it cannot run with --no-comm");
-    require(c.device != "cuda" || !host_staged_backend(c),
-            "--zero 1 with --device cuda needs --backend nccl (" + c.backend +
+    require(c.device != DeviceKind::cuda || !host_staged_backend(c),
+            "--zero 1 with --device cuda needs --backend nccl (" + backend +
                 " stages GPU buckets through host memory)");
   }
 
-  require(c.mode == "dp" || c.devices == 1, "--devices needs --mode dp");
-  require(c.backend != "nccl" || c.device == "cuda", "--backend nccl needs --device cuda");
-  require(c.comm_hook == "none" || c.device != "cuda" || !host_staged_backend(c),
-          "--comm-hook " + c.comm_hook + " with --device cuda needs --backend nccl (mpi, gloo, shm and hier stage GPU "
+  require(c.mode == Mode::dp || c.devices == 1, "--devices needs --mode dp");
+  require(c.backend != Backend::nccl || c.device == DeviceKind::cuda, "--backend nccl needs --device cuda");
+  require(!hooked || c.device != DeviceKind::cuda || !host_staged_backend(c),
+          "--comm-hook " + comm_hook + " with --device cuda needs --backend nccl (mpi, gloo, shm and hier stage GPU "
           "buckets through host memory, uncompressed)");
   require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");
   require(c.resume != "auto" || !c.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");

@@ -1,5 +1,6 @@
 // tandem-train's configuration: every flag of docs/reference.md's tandem-train, parsed with
-// CLI11. Parsing never exits: it throws UsageError (exit 2) or returns a config, or
+// CLI11 and typed once, here: the choices are the API's enums (Mode, Backend, OptimizerKind,
+// CommHookKind, Precision), so nothing past the command line parses a string again. Parsing never exits: it throws UsageError (exit 2) or returns a config, or
 // returns nullopt after printing --help (exit 0); main decides the exit code.
 #pragma once
 
@@ -7,6 +8,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+
+#include "collectives/init.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/precision.h"
+#include "runtime/strategy/comm_hook.h"
+#include "runtime/strategy/parallel.h"
 
 namespace tandem {
 
@@ -31,7 +38,7 @@ struct TrainConfig {
   float lr = 0.05f;
   int64_t warmup_steps = -1;  // -1: 2% of the run's steps
   float min_lr = 0.0f;
-  std::string optimizer = "sgd";
+  OptimizerKind optimizer = OptimizerKind::sgd;  // --optimizer sgd | adamw
   float momentum = 0.9f;
   bool nesterov = false;
   float weight_decay = 0.0f;
@@ -39,21 +46,21 @@ struct TrainConfig {
   float clip_grad_norm = 0.0f;  // 0: no clipping
   uint64_t seed = 0;
   // placement and distribution
-  std::string mode = "single";  // single | dp | ddp
+  Mode mode = Mode::single;  // --mode single | dp | ddp
   int devices = 1;
-  std::string device = "cpu";   // cpu | cuda
+  DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
   int threads = 0;              // BLAS threads; 0: from OPENBLAS_NUM_THREADS/OMP_NUM_THREADS or all cores
-  std::string backend = "auto";  // auto | mpi | gloo | nccl | shm | hier
+  Backend backend = Backend::automatic;  // --backend auto | mpi | gloo | nccl | shm | hier
   double collective_timeout_s = 600;
   double bucket_cap_mb = 25;
   bool no_overlap = false;
   bool no_comm = false;
   int64_t grad_accum = 1;
-  std::string comm_hook = "none";
+  CommHookKind comm_hook = CommHookKind::none;  // --comm-hook none | fp16 | bf16
   // mixed precision (docs/precision.md): matrix products in bf16; gradients reduced in
-  // bf16 through the bf16 comm hook (parsing sets comm_hook = "bf16")
-  std::string precision = "fp32";          // fp32 | bf16
-  std::string grad_reduce_dtype = "fp32";  // fp32 | bf16
+  // bf16 through the bf16 comm hook (parsing sets comm_hook = CommHookKind::bf16)
+  Precision precision = Precision::fp32;  // --precision fp32 | bf16
+  // --grad-reduce-dtype fp32 | bf16 is folded into comm_hook (bf16: CommHookKind::bf16)
   bool find_unused_parameters = false;
   int zero = 0;  // ZeRO stage (docs/zero.md): 1 shards the optimizer state across DDP ranks
   // checkpoints
@@ -86,7 +93,8 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv);
 // mpi, gloo, shm and hier reduce host memory: with --device cuda, DDP stages its GPU buckets through
 // pinned host memory (uncompressed), and several ranks may share one GPU.
 inline bool host_staged_backend(const TrainConfig& c) {
-  return c.backend == "mpi" || c.backend == "gloo" || c.backend == "shm" || c.backend == "hier";
+  return c.backend == Backend::mpi || c.backend == Backend::gloo || c.backend == Backend::shm ||
+         c.backend == Backend::hier;
 }
 
 }  // namespace tandem

@@ -1,13 +1,92 @@
-// The training loop, the same in every mode: batch -> strategy.forward_backward ->
-// strategy.step -> log; evaluation at the end of each epoch, every --eval-every steps
-// and at the end of the run; the summary at exit.
+// tandem-train's trainer, built on the public API as a program of your own would be
+// (docs/api.md), in the shape of torchtitan's train.py: each of these is a screenful.
+//   Trainer(config)          data, the strategy (parallelize), loaders, schedule, resume
+//   train()                  epochs of train_step until the run's last step; evaluation
+//                            at the end of each epoch, every --eval-every steps and at the
+//                            end; checkpoints; the summary at exit
+//   train_step(micro)        forward_backward_step, the optimizer step, the step's log line
+//   forward_backward_step    the strategy's forward, loss and backward over the micro-batches
+// Timing: a step's wall time runs from fetching its batch to the end of the optimizer
+// update; the first steps (warm-up: allocator, caches, BLAS buffers) are excluded from
+// samples_per_s and the phase means.
 #pragma once
 
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/fault_injection.h"
+#include "models/progress.h"
+#include "models/summary.h"
 #include "models/train_config.h"
+#include "models/train_setup.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/strategy/strategy.h"
+#include "runtime/trace.h"
 
 namespace tandem {
 
-// Runs the whole job described by `config`. Throws on failure (main maps to exit 1).
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& config);
+  // Trains to the run's last step (or resumes there), then writes the summary.
+  void train();
+
+ private:
+  StepOutput forward_backward_step(std::span<const Batch> micro, PhaseTimes& phases);
+  void train_step(std::span<const Batch> micro, std::chrono::steady_clock::time_point t0);
+  void evaluate(const char* when);
+  void resume();
+  void save();
+  void log_start() const;
+  RunSummary summary() const;
+
+  const TrainConfig& c_;
+  const int threads_;
+  const Device device_;
+  TrainData data_;
+  ModelConfig model_config_;
+  ParallelOptions options_;
+  std::string bf16_gemm_;              // "" under fp32
+  std::optional<FaultPlan> hang_;      // TANDEM_FAULT=hang-at-step:S (collectives/fault_injection.h)
+  int rank_ = 0;
+  std::unique_ptr<Tracer> tracer_;
+  std::unique_ptr<DumpOnFatalError> dump_on_error_;  // a fatal error dumps the flight recorder
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<BatchSource> train_batches_, test_batches_;
+  int64_t optimizer_state_bytes_ = 0;
+
+  // The schedule, from the loader and the flags.
+  int64_t accum_ = 1, steps_per_epoch_ = 0, total_steps_ = 0, warmup_ = 0, global_batch_ = 0, untimed_ = 0;
+  std::unique_ptr<LrSchedule> schedule_;
+
+  // Where the run stands.
+  int64_t step_ = 0;
+  LoaderPosition start_;
+  int64_t last_saved_step_ = -1;
+  int64_t epochs_completed_ = 0;
+  int64_t steps_this_run_ = 0;
+  double last_loss_ = 0;
+  bool trained_any_ = false;  // false when resumed at or past --max-steps
+  std::optional<EvalResult> last_eval_;
+  int64_t last_eval_step_ = -1;
+
+  // What the summary reports.
+  std::vector<double> step_ms_;
+  PhaseTimes timed_phases_;
+  std::chrono::steady_clock::time_point run_t0_;
+  // The epoch's running figures, for its log line and progress bar.
+  double epoch_loss_sum_ = 0, epoch_ms_ = 0;
+  int64_t epoch_steps_ = 0;
+  ProgressBar* bar_ = nullptr;  // the epoch's, while it runs
+  bool tty_ = false;            // a progress bar instead of log lines
+};
+
+// Runs the whole job described by `config`: sampling (--sample) or training. Throws on
+// failure (main maps UsageError to exit 2, anything else to 1).
 void run_training(const TrainConfig& config);
 
 }  // namespace tandem

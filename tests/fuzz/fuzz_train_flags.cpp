@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(c->lr > 0 && c->min_lr >= 0 && c->min_lr <= c->lr);
   FUZZ_CHECK(c->momentum >= 0 && c->momentum < 1 && c->weight_decay >= 0 && c->clip_grad_norm >= 0);
   FUZZ_CHECK(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1);
-  FUZZ_CHECK(c->mode == "dp" || c->devices == 1);
+  FUZZ_CHECK(c->mode == Mode::dp || c->devices == 1);
   if (c->model == "gpt") {
     FUZZ_CHECK(c->n_layer > 0 && c->n_head > 0 && c->n_embd > 0 && c->context > 0);
     FUZZ_CHECK(c->n_embd % c->n_head == 0);
