@@ -18,14 +18,15 @@ set(TANDEM_PUBLIC_HEADERS
   runtime/thread_pool.h
   runtime/layers/activation.h runtime/layers/attention.h runtime/layers/conv2d.h runtime/layers/dropout.h
   runtime/layers/embedding.h runtime/layers/flatten.h runtime/layers/layer_util.h runtime/layers/layernorm.h
-  runtime/layers/linear.h runtime/layers/loss.h runtime/layers/metric.h runtime/layers/regression_loss.h runtime/layers/maxpool2d.h
+  runtime/layers/linear.h runtime/layers/loss.h runtime/layers/metric.h runtime/layers/regression_loss.h runtime/layers/info_nce.h
+  runtime/layers/maxpool2d.h
   runtime/layers/tied_linear.h
   runtime/layers/transformer_block.h
   runtime/optim/optimizer.h
   runtime/data/dataset.h runtime/data/loader.h runtime/data/sampler.h runtime/data/text.h
   runtime/checkpoint/checkpoint.h runtime/checkpoint/checkpoint_meta.h runtime/checkpoint/file_io.h
   runtime/strategy/strategy.h runtime/strategy/single.h runtime/strategy/data_parallel.h runtime/strategy/ddp.h
-  runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h
+  runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/strategy/gather.h
   models/zoo.h models/gpt.h models/generate.h models/summary.h)
 foreach(h ${TANDEM_PUBLIC_HEADERS})
   get_filename_component(dir ${h} DIRECTORY)
