@@ -6,6 +6,9 @@
 #   allreduce     tandemrun -np 2 (and mpirun -np 2): the exact sums on both ranks
 #   custom_model  tandemrun ddp to the end (test_accuracy >= 0.85); short dp, single and
 #                 mpirun ddp runs (exit 0); a bad flag (exit 2)
+#   contrastive   single, dp 2, tandemrun ddp 2 and 3, mpirun ddp 2: InfoNCE over the global
+#                 batch; retrieval >= 0.95 (from about 0.1) and the held-out loss within 1e-4
+#                 relative of single's in every mode; a bad flag (exit 2)
 #   regression    single, dp 2, tandemrun ddp 2 and 3, mpirun ddp 2: each recovers the known
 #                 coefficients within 1e-3 and equals single within 1e-6; a bad flag (exit 2)
 #   tests/install/examples.sh BUILD_DIR SOURCE_DIR
@@ -54,52 +57,7 @@ EXAMPLES="${TANDEM_EXAMPLES_DIR:-$SOURCE_DIR/examples}"
 
 # --- install --------------------------------------------------------------------------
 if ! run_ok "install into a fresh prefix" "$TMP/install.log" -- cmake --install "$BUILD_DIR" --prefix "$PREFIX"; then
-  # --- regression ---------------------------------------------------------------------------
-# Every mode recovers the known coefficients within 1e-3, and every mode's coefficients are
-# within 1e-6 relative of single's (the same global batches; only float summation order differs).
-if build_example regression libtandem.a; then
-  cd "$TMP/build-regression" || exit 1
-  reg_runs=("single:./regression" "dp:./regression --mode dp --devices 2"
-            "tandemrun-2:${TANDEMRUN[*]} ./regression --mode ddp"
-            "tandemrun-3:$PREFIX/bin/tandemrun --nproc-per-node 3 --master-port 0 -- ./regression --mode ddp")
-  [ ${#MPIRUN[@]} -gt 0 ] && reg_runs+=("mpirun-2:${MPIRUN[*]} ./regression --mode ddp")
-  for run in "${reg_runs[@]}"; do
-    name=${run%%:*}
-    # shellcheck disable=SC2086  # the command line is meant to split
-    run_ok "regression: $name exits 0" "$TMP/reg.$name.log" -- ${run#*:} || continue
-    err="$(sed -n 's/.*regression: mode [a-z]*, world [0-9]*, max coefficient error \([0-9.e-]*\)$/\1/p' "$TMP/reg.$name.log")"
-    sed -n 's/^\(\[0:0\] \)\{0,1\}coefficients //p' "$TMP/reg.$name.log" >"$TMP/reg.$name.coef"
-    if [ -n "$err" ] && awk -v e="$err" 'BEGIN { exit !(e < 1e-3) }'; then
-      pass "regression: $name recovers every coefficient within 1e-3 (max error $err)"
-    else
-      fail "regression: $name max coefficient error '${err}' (want < 1e-3)"; tail -4 "$TMP/reg.$name.log" | sed 's/^/    /'
-    fi
-    [ "$name" = single ] && continue
-    if python3 - "$TMP/reg.single.coef" "$TMP/reg.$name.coef" <<'PY'
-import sys
-a = [float(v) for v in open(sys.argv[1]).read().split()]
-b = [float(v) for v in open(sys.argv[2]).read().split()]
-worst = max(abs(x - y) / max(abs(x), 1e-6) for x, y in zip(a, b)) if a and len(a) == len(b) else 1.0
-print(f"    max relative difference from single: {worst:.3g}")
-sys.exit(0 if worst <= 1e-6 else 1)
-PY
-    then
-      same="$(grep -h param_checksum "$TMP/reg.single.log" "$TMP/reg.$name.log" | sed 's/.*param_checksum //' | sort -u | wc -l)"
-      pass "regression: $name's coefficients are within 1e-6 relative of single's ($([ "$same" -eq 1 ] && echo bit-identical || echo "not bit-identical"))"
-    else
-      fail "regression: $name's coefficients differ from single's by more than 1e-6 relative"
-    fi
-  done
-  ./regression --epochs -3 >"$TMP/reg.usage.log" 2>&1
-  rc=$?
-  if [ "$rc" -eq 2 ] && grep -qF -- "--epochs must be a number" "$TMP/reg.usage.log"; then
-    pass "regression: a bad flag exits 2 naming it"
-  else
-    fail "regression: --epochs -3 exited $rc"; sed 's/^/    /' "$TMP/reg.usage.log" | head -3
-  fi
-fi
-
-finish
+  finish
 fi
 for f in bin/tandemrun lib/cmake/Tandem/TandemConfig.cmake include/tandem/tandem.h include/tandem/collectives.h \
          include/tandem/version.h; do
@@ -277,6 +235,43 @@ PY
     pass "regression: a bad flag exits 2 naming it"
   else
     fail "regression: --epochs -3 exited $rc"; sed 's/^/    /' "$TMP/reg.usage.log" | head -3
+  fi
+fi
+
+# --- contrastive --------------------------------------------------------------------------
+if build_example contrastive libtandem.a; then
+  cd "$TMP/build-contrastive" || exit 1
+  con_runs=("single:./contrastive" "dp:./contrastive --mode dp --devices 2"
+            "tandemrun-2:${TANDEMRUN[*]} ./contrastive --mode ddp"
+            "tandemrun-3:$PREFIX/bin/tandemrun --nproc-per-node 3 --master-port 0 -- ./contrastive --mode ddp")
+  [ ${#MPIRUN[@]} -gt 0 ] && con_runs+=("mpirun-2:${MPIRUN[*]} ./contrastive --mode ddp")
+  single_loss=""
+  for run in "${con_runs[@]}"; do
+    name=${run%%:*}
+    # shellcheck disable=SC2086  # the command line is meant to split
+    run_ok "contrastive: $name exits 0" "$TMP/con.$name.log" -- ${run#*:} || continue
+    retrieval="$(sed -n 's/.*contrastive: mode [a-z]*, world [0-9]*, retrieval \([0-9.]*\) .*/\1/p' "$TMP/con.$name.log")"
+    loss="$(sed -n 's/^\(\[0:0\] \)\{0,1\}test_loss //p' "$TMP/con.$name.log")"
+    [ "$name" = single ] && single_loss=$loss
+    if [ -n "$retrieval" ] && awk -v r="$retrieval" 'BEGIN { exit !(r >= 0.95) }'; then
+      pass "contrastive: $name retrieval $retrieval >= 0.95"
+    else
+      fail "contrastive: $name retrieval '$retrieval' (want >= 0.95)"; tail -4 "$TMP/con.$name.log" | sed 's/^/    /'
+    fi
+    [ "$name" = single ] && continue
+    if [ -n "$loss" ] && [ -n "$single_loss" ] &&
+       awk -v a="$loss" -v b="$single_loss" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'; then
+      pass "contrastive: $name held-out loss $loss within 1e-4 relative of single's $single_loss"
+    else
+      fail "contrastive: $name held-out loss '$loss' against single's '$single_loss' (want within 1e-4 relative)"
+    fi
+  done
+  ./contrastive --mode dp --devices 0 >"$TMP/con.usage.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 2 ] && grep -qF -- "--devices must be a number" "$TMP/con.usage.log"; then
+    pass "contrastive: a bad flag exits 2 naming it"
+  else
+    fail "contrastive: --devices 0 exited $rc"; sed 's/^/    /' "$TMP/con.usage.log" | head -3
   fi
 fi
 
