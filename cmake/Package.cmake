@@ -14,7 +14,7 @@ include(CMakePackageConfigHelpers)
 set(TANDEM_PUBLIC_HEADERS
   collectives/init.h collectives/process_group.h collectives/health.h collectives/flight_recorder.h
   collectives/fault_injection.h collectives/store.h collectives/types.h collectives/work.h
-  runtime/tensor.h runtime/precision.h runtime/module.h runtime/model.h runtime/kernels.h runtime/trace.h
+  runtime/tensor.h runtime/precision.h runtime/module.h runtime/model.h runtime/freeze.h runtime/kernels.h runtime/trace.h
   runtime/thread_pool.h
   runtime/layers/activation.h runtime/layers/attention.h runtime/layers/conv2d.h runtime/layers/dropout.h
   runtime/layers/embedding.h runtime/layers/flatten.h runtime/layers/layer_util.h runtime/layers/layernorm.h

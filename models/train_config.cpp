@@ -100,6 +100,19 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--save-every", c.save_every, "Save a checkpoint every N steps");
   app.add_option("--resume", c.resume, "Resume: auto or a checkpoint path");
   app.add_option("--keep-last", c.keep_last, "Checkpoints to keep in --checkpoint-dir (0: all)");
+  app.add_option("--init-from", c.init_from,
+                 "Fine-tune: start from the model weights only of this checkpoint (a step-N directory; a directory "
+                 "of them: its newest; or a .safetensors file); every tensor must match unless --init-skip names it");
+  app.add_option("--init-skip", c.init_skip,
+                 "With --init-from: parameters (names or globs, * and ?) that keep their fresh initialisation, "
+                 "and checkpoint tensors to ignore; repeatable or comma-separated")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->delimiter(',');
+  app.add_option("--freeze", c.freeze,
+                 "Parameters (names or globs, * and ?) that do not train: no gradient, no optimizer state, not "
+                 "all-reduced; repeatable or comma-separated")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->delimiter(',');
   app.add_option("--eval-every", c.eval_every, "Also evaluate on the test set every N steps (0: per epoch)");
   app.add_option("--log-every", c.log_every, "Log a line every N steps when not on a terminal");
   app.add_option("--trace", c.trace, "Write a Chrome/Perfetto trace to FILE");
@@ -211,6 +224,11 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");
   require(c.resume != "auto" || !c.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   require(c.keep_last >= 0, "--keep-last must be >= 0");
+  for (const std::string& p : c.freeze) require(!p.empty(), "--freeze: an empty pattern");
+  for (const std::string& p : c.init_skip) require(!p.empty(), "--init-skip: an empty pattern");
+  require(c.init_skip.empty() || !c.init_from.empty(), "--init-skip needs --init-from");
+  require(c.sample == 0 || (c.init_from.empty() && c.freeze.empty()),
+          "--sample reads its model from --resume: it takes no --init-from or --freeze");
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "collectives/init.h"
 #include "runtime/optim/optimizer.h"
@@ -68,6 +69,10 @@ struct TrainConfig {
   int64_t save_every = 0;
   std::string resume;
   int keep_last = 3;
+  // fine-tuning (models/fine_tune.h): start from another run's weights, train only some
+  std::string init_from;               // --init-from CKPT: model weights only (load_weights)
+  std::vector<std::string> init_skip;  // --init-skip PATTERN: parameters that keep their fresh initialisation
+  std::vector<std::string> freeze;     // --freeze PATTERN: parameters that do not train (runtime/freeze.h)
   // reporting
   int64_t eval_every = 0;
   int64_t log_every = 50;

@@ -8,10 +8,12 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/init.h"
+#include "models/fine_tune.h"
 #include "models/generate.h"
 #include "models/progress.h"
 #include "models/zoo.h"
 #include "runtime/allocator.h"
+#include "runtime/freeze.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cpu/blas_core.h"
 #include "runtime/cpu/bf16_gemm.h"
@@ -49,7 +51,7 @@ Trainer::Trainer(const TrainConfig& c)
   }
   tracer_ = c.trace.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(rank_);
   dump_on_error_ = std::make_unique<DumpOnFatalError>(options_.group);
-  strategy_ = parallelize([&] { return build_model(model_config_, c.seed); }, optimizer_config(c), options_,
+  strategy_ = parallelize(fine_tune_model_factory(model_config_, c), optimizer_config(c), options_,
                           tracer_.get());
   optimizer_state_bytes_ = strategy_->optimizer().state_bytes();
 
@@ -83,7 +85,7 @@ void Trainer::log_start() const {
   if (strategy_->zero_stage() > 0) {
     // What a plain run's optimizer would hold: every slot of every parameter element, f32.
     const double full = static_cast<double>(strategy_->optimizer().slot_names().size()) *
-                        static_cast<double>(strategy_->model().num_parameters()) * 4.0 / (1024.0 * 1024.0);
+                        static_cast<double>(trainable_parameter_count(strategy_->model())) * 4.0 / (1024.0 * 1024.0);
     const double mine = static_cast<double>(optimizer_state_bytes_) / (1024.0 * 1024.0);
     spdlog::info("zero-1: optimizer state {:.1f} MiB per rank instead of {:.1f} MiB (saved {:.1f} MiB), "
                  "shards of {} buckets over {} ranks",

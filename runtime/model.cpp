@@ -21,6 +21,7 @@ Model& Model::add(const std::string& name, std::unique_ptr<Module> module) {
   module->set_precision(precision_);
   module->set_grad_ready_hook(&hook_);
   for (Parameter* p : module->parameters()) params_.push_back(p);
+  layer_params_.push_back(params_.size());
   layers_.push_back({name, std::move(module)});
   return *this;
 }
@@ -39,18 +40,36 @@ Tensor Model::forward(const Tensor& x) {
   return h;
 }
 
+size_t Model::first_trainable_layer() const {
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (size_t p = layer_params_[i]; p < layer_params_[i + 1]; ++p)
+      if (params_[p]->requires_grad) return i;
+  return layers_.size();
+}
+
 Tensor Model::backward(const Tensor& dy) {
+  // Layers before the first one with a trainable parameter are not run backward at all:
+  // nothing before them takes a gradient (the data needs none, and their own parameters
+  // are frozen), as autograd skips what nothing requiring a gradient depends on. That
+  // first layer skips its input-gradient product too. A caller that asked for the input's
+  // gradient (the first layer's needs_input_grad) gets every layer run.
+  const bool input_grad = !layers_.empty() && layers_[0].module->needs_input_grad();
+  const size_t first = input_grad ? 0 : first_trainable_layer();
   Tensor g = dy;
-  for (size_t i = layers_.size(); i-- > 0;) {
+  for (size_t i = layers_.size(); i-- > first;) {
+    Module& m = *layers_[i].module;
+    const bool needs_dx = m.needs_input_grad();
+    if (i == first && first > 0) m.set_needs_input_grad(false);
     if (tracer_) {
       Tracer::Scope span(tracer_, "backward " + layers_[i].name);
-      g = layers_[i].module->backward(g);
+      g = m.backward(g);
     } else {
-      g = layers_[i].module->backward(g);
+      g = m.backward(g);
     }
-    fire_grad_ready(*layers_[i].module);
+    m.set_needs_input_grad(needs_dx);
+    fire_grad_ready(m);
   }
-  return g;
+  return first == 0 ? g : Tensor();
 }
 
 Tensor Model::backward_outputs(std::span<const Tensor> douts) {

@@ -34,6 +34,10 @@ class Model {
   Model& add(const std::string& name, std::unique_ptr<Module> module);
 
   virtual Tensor forward(const Tensor& x);
+  // The layers in reverse, from the last down to the first layer that holds a trainable
+  // parameter (runtime/freeze.h): the frozen layers before it have nothing to compute, so
+  // they are skipped and the result is then an undefined Tensor. All of them run when the
+  // first layer was asked for its input gradient (set_needs_input_grad(true)).
   virtual Tensor backward(const Tensor& dy);
   // Several outputs (a multi-task model's heads, a contrastive model's two embeddings): what
   // the strategies call, and what a model with more than one output overrides. The loss
@@ -76,6 +80,8 @@ class Model {
 
  protected:
   void fire_grad_ready(Module& module);
+  // The first layer with a parameter that requires a gradient (layer_count() when none).
+  size_t first_trainable_layer() const;
   void before_forward(Module& module) {
     if (pre_hook_) pre_hook_(module);
   }
@@ -86,6 +92,7 @@ class Model {
   };
   std::vector<Layer> layers_;
   std::vector<Parameter*> params_;
+  std::vector<size_t> layer_params_{0};  // layer i's parameters are params_[layer_params_[i], layer_params_[i+1])
   GradReadyHook hook_;
   ForwardPreHook pre_hook_;
   Tracer* tracer_ = nullptr;

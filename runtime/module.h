@@ -30,10 +30,16 @@
 
 namespace tandem {
 
+// requires_grad = false freezes a parameter (runtime/freeze.h), as PyTorch's
+// requires_grad_(False): layers skip its weight-gradient products and leave grad as it
+// is (zero), the DDP reducer leaves it out of every bucket, ZeRO does not shard it, and
+// optimizers hold no state for it and never update it. Strategies read the flag when
+// they are built, so it is set inside the model factory given to parallelize().
 struct Parameter {
   std::string name;  // full dotted name, e.g. "fc1.weight"; no mode prefix, ever
   Tensor value;
   Tensor grad;  // same shape, dtype and device as value
+  bool requires_grad = true;
 };
 
 // Deterministic per-parameter random stream: the same (seed, name) gives the same

@@ -21,6 +21,7 @@
 #include "runtime/tensor.h"
 #include "runtime/module.h"
 #include "runtime/model.h"
+#include "runtime/freeze.h"
 #include "runtime/kernels.h"
 #include "runtime/layers/activation.h"
 #include "runtime/layers/attention.h"

@@ -20,7 +20,9 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint_meta.h"
@@ -83,6 +85,43 @@ std::string resolve_resume(const std::string& spec, const std::string& checkpoin
 // the first differing tensor: missing, extra, dtype or shape) or whose optimizer kind
 // differs. Returns the checkpoint's meta: the caller restores its step, loader position
 // (meta.position_for) and LR schedule position from it.
+//
+// Frozen parameters (runtime/freeze.h) have no optimizer state, so a checkpoint written
+// with some frozen resumes into a run that freezes the same ones. Resuming with a different
+// frozen set is refused, naming every parameter concerned: optimizer state in the
+// checkpoint for a parameter this optimizer does not update (frozen now, trained then), or
+// none for one it does (trained now, frozen then). Resuming promises to continue the same
+// run; a fine-tune that changes what trains starts from the weights only (load_weights,
+// tandem-train --init-from) with a fresh optimizer.
 CheckpointMeta load_checkpoint(const std::string& dir, Model& model, Optimizer* optimizer);
+
+// Model weights only, from another run, into a model that may differ from it (fine-tuning;
+// PyTorch's load_state_dict, strict about everything not skipped). `path` is a checkpoint
+// directory (it must verify), a directory of step-N checkpoints (the newest that verifies),
+// or a .safetensors file. Tensors are matched by name. Unless every parameter of the model
+// is in the file with the same dtype and shape, and every tensor of the file is a
+// parameter of the model, nothing is loaded and WeightsMismatch lists every missing,
+// unexpected and reshaped tensor by name with its shapes. `skip_patterns` (globs,
+// runtime/freeze.h's glob_match) name tensors that are neither loaded nor checked: a
+// model's parameter keeps its fresh initialisation (a new head), a file's tensor is
+// ignored. The optimizer state, step and counters of the checkpoint are not read. Other
+// failures: std::invalid_argument when nothing at `path` is a checkpoint, CheckpointError
+// when it does not verify or cannot be read.
+struct LoadWeightsResult {
+  std::string source;                // the .safetensors file read
+  std::vector<std::string> loaded;   // parameters now holding the file's values, in registration order
+  std::vector<std::string> skipped;  // parameters matched by a skip pattern: initialisation kept
+  std::vector<std::string> ignored;  // tensors of the file matched by a skip pattern and not loaded
+};
+struct WeightsMismatch : std::invalid_argument {
+  WeightsMismatch(const std::string& message, std::vector<std::string> missing, std::vector<std::string> unexpected,
+                  std::vector<std::string> reshaped)
+      : std::invalid_argument(message), missing(std::move(missing)), unexpected(std::move(unexpected)),
+        reshaped(std::move(reshaped)) {}
+  std::vector<std::string> missing;     // model parameters the file lacks
+  std::vector<std::string> unexpected;  // file tensors the model lacks
+  std::vector<std::string> reshaped;    // in both, with another dtype or shape
+};
+LoadWeightsResult load_weights(const std::string& path, Model& model, const std::vector<std::string>& skip_patterns = {});
 
 }  // namespace tandem

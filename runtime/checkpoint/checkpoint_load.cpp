@@ -134,6 +134,35 @@ void check_same_tensors(const std::string& path, const SafetensorsHeader& header
   }
 }
 
+// Refuses, naming every parameter concerned, a resume whose frozen set differs from the
+// checkpoint's: state for a parameter this optimizer does not update, or no state at all
+// for one it does (checkpoint.h says why this is refused rather than patched up).
+void check_same_frozen(const std::string& path, const SafetensorsHeader& header, const Model& model,
+                       const Optimizer& optimizer) {
+  if (optimizer.slot_names().empty()) return;  // a stateless optimizer: nothing tells
+  std::set<const Parameter*> updated(optimizer.parameters().begin(), optimizer.parameters().end());
+  std::vector<std::string> frozen_now, frozen_then;
+  for (const Parameter* p : model.parameters()) {
+    bool any = false;
+    for (const std::string& slot : optimizer.slot_names()) any = any || header.find(p->name + "." + slot);
+    if (any && !updated.contains(p)) frozen_now.push_back(p->name);
+    if (!any && updated.contains(p)) frozen_then.push_back(p->name);
+  }
+  if (frozen_now.empty() && frozen_then.empty()) return;
+  auto names = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  std::string msg = path + ": the checkpoint was written with other parameters frozen than this run freezes (";
+  if (!frozen_now.empty()) msg += "frozen now but trained then, with optimizer state: " + names(frozen_now);
+  if (!frozen_now.empty() && !frozen_then.empty()) msg += "; ";
+  if (!frozen_then.empty()) msg += "trained now but frozen then, without optimizer state: " + names(frozen_then);
+  msg += "). A resumed run freezes what the checkpoint's run froze; to fine-tune from its weights with a fresh "
+         "optimizer, load them with --init-from (load_weights) instead of --resume";
+  throw CheckpointError(msg);
+}
+
 void load_file(const std::string& path, const SafetensorsHeader& header, const NamedTensors& tensors,
                const CheckpointFileRecord& rec) {
   std::map<std::string, Tensor> into(tensors.begin(), tensors.end());
@@ -236,6 +265,7 @@ CheckpointMeta load_checkpoint(const std::string& dir, Model& model, Optimizer* 
                             optimizer->name() + " (use the same --optimizer)");
     optimizer_header = read_safetensors_header(optimizer_path);
     state = optimizer->state();
+    check_same_frozen(optimizer_path, optimizer_header, model, *optimizer);
     check_same_tensors(optimizer_path, optimizer_header, state, "optimizer", about);
     note_config_changes(meta.optimizer, optimizer->config());
   }

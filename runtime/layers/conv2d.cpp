@@ -97,8 +97,9 @@ Tensor Conv2d::backward(const Tensor& dy) {
   const int64_t ckk = in_ * k_ * k_, ohw = oh_ * ow_, chw = in_ * h * w;
 
   Kernels& k = kernels_for(device_);
-  k.sum_channels_acc(grad_ptr(*bias_), dy.f32(), n, out_, ohw);
-  float* dw = grad_ptr(*weight_);
+  // A frozen weight or bias (runtime/freeze.h) gets no gradient: its products are skipped.
+  if (bias_->requires_grad) k.sum_channels_acc(grad_ptr(*bias_), dy.f32(), n, out_, ohw);
+  float* dw = weight_->requires_grad ? grad_ptr(*weight_) : nullptr;
   const float* wt = weight_->value.f32();
   Tensor dx;
   if (needs_input_grad_) {
@@ -106,14 +107,9 @@ Tensor Conv2d::backward(const Tensor& dy) {
     reuse_buffer(dcol_, {ckk * chunk_ * ohw}, device_);
     k.fill(dx.f32(), dx.numel(), 0.f);  // col2im_batched_acc adds
   }
-  if (chunk_ > 1) reuse_buffer(gemm_out_, {out_ * chunk_ * ohw}, device_);
-  for (int64_t i0 = 0; i0 < n; i0 += chunk_) {
+  if (chunk_ > 1 && (dw || dx.defined())) reuse_buffer(gemm_out_, {out_ * chunk_ * ohw}, device_);
+  for (int64_t i0 = 0; i0 < n && (dw || dx.defined()); i0 += chunk_) {
     const int64_t nc = std::min(chunk_, n - i0);
-    const float* col = cols_.f32() + i0 * ckk * ohw;
-    if (!cols_saved_) {
-      k.im2col_batched(cols_.f32(), x_.f32() + i0 * chw, nc, in_, h, w, k_, k_, stride_, pad_, oh_, ow_);
-      col = cols_.f32();
-    }
     // dY' (OC, nc*OH*OW) is dy's chunk (nc, OC, OH*OW) with its leading axes swapped.
     const float* dyc = dy.f32() + i0 * out_ * ohw;
     const float* dyt = dyc;
@@ -121,14 +117,20 @@ Tensor Conv2d::backward(const Tensor& dy) {
       k.swap_leading(gemm_out_.f32(), dyc, nc, out_, ohw);
       dyt = gemm_out_.f32();
     }
-    // dW (OC, C*k*k) += dY' (OC, nc*OH*OW) * col^T (nc*OH*OW, C*k*k)
-    Tensor dy16;
-    if (bf16_saved_) {
-      dy16 = to_bf16(dy16_, dyt, out_ * nc * ohw, device_);
-      const Tensor col16 = to_bf16(col16_, col, ckk * nc * ohw, device_);
-      k.gemm_bf16(dw, bf16_bits(dy16), bf16_bits(col16), out_, ckk, nc * ohw, false, true, 1.f, 1.f);
-    } else {
-      k.gemm(dw, dyt, col, out_, ckk, nc * ohw, false, true, 1.f, 1.f);
+    const Tensor dy16 = bf16_saved_ ? to_bf16(dy16_, dyt, out_ * nc * ohw, device_) : Tensor();
+    if (dw) {
+      const float* col = cols_.f32() + i0 * ckk * ohw;
+      if (!cols_saved_) {
+        k.im2col_batched(cols_.f32(), x_.f32() + i0 * chw, nc, in_, h, w, k_, k_, stride_, pad_, oh_, ow_);
+        col = cols_.f32();
+      }
+      // dW (OC, C*k*k) += dY' (OC, nc*OH*OW) * col^T (nc*OH*OW, C*k*k)
+      if (bf16_saved_) {
+        const Tensor col16 = to_bf16(col16_, col, ckk * nc * ohw, device_);
+        k.gemm_bf16(dw, bf16_bits(dy16), bf16_bits(col16), out_, ckk, nc * ohw, false, true, 1.f, 1.f);
+      } else {
+        k.gemm(dw, dyt, col, out_, ckk, nc * ohw, false, true, 1.f, 1.f);
+      }
     }
     if (!dx.defined()) continue;
     // dcol (C*k*k, nc*OH*OW) = W^T (C*k*k, OC) * dY' (OC, nc*OH*OW), then back to images.

@@ -46,8 +46,9 @@ Tensor Embedding::backward(const Tensor& dy) {
   check_tensor(kind(), "output gradient", dy, device_);
   if (dy.numel() != ids_.numel() * dim_)
     throw_shape_error(kind(), "output gradient", shape_str(ids_.shape()) + " x " + std::to_string(dim_), dy.shape());
-  kernels_for(device_).embedding_backward_acc(grad_ptr(*weight_), dy.f32(), ids_.data<int32_t>(), ids_.numel(), dim_,
-                                              vocab_);
+  if (weight_->requires_grad)  // frozen: no gradient
+    kernels_for(device_).embedding_backward_acc(grad_ptr(*weight_), dy.f32(), ids_.data<int32_t>(), ids_.numel(),
+                                                dim_, vocab_);
   ids_ = Tensor();
   return Tensor();
 }
@@ -80,7 +81,8 @@ Tensor PositionEmbedding::backward(const Tensor& dy) {
   check_saved(kind(), !x_shape_.empty());
   check_tensor(kind(), "output gradient", dy, device_);
   if (dy.shape() != x_shape_) throw_shape_error(kind(), "output gradient", shape_str(x_shape_), dy.shape());
-  kernels_for(device_).sum_rows_acc(grad_ptr(*weight_), dy.f32(), x_shape_[0], x_shape_[1] * dim_);
+  if (weight_->requires_grad)  // frozen: no gradient
+    kernels_for(device_).sum_rows_acc(grad_ptr(*weight_), dy.f32(), x_shape_[0], x_shape_[1] * dim_);
   x_shape_.clear();
   return dy;  // d(x + w)/dx is the identity
 }

@@ -43,11 +43,20 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   if (dy.shape() != x_.shape())
     throw_shape_error(kind(), "output gradient", shape_str(x_.shape()), dy.shape());
   const int64_t rows = x_.numel() / features_;
-  // The kernel produces dx together with dgamma/dbeta, so it is returned even when not needed.
+  // The kernel produces dx together with dgamma/dbeta, so it is returned even when not needed;
+  // a frozen gamma or beta (runtime/freeze.h) has its gradient added into a discarded scratch.
   Tensor dx = reuse_buffer(dx_cache_, x_.shape(), device_);
-  kernels_for(device_).layernorm_backward(dx.f32(), grad_ptr(*weight_), grad_ptr(*bias_), dy.f32(),
-                                          x_.f32(), weight_->value.f32(), mean_.f32(), rstd_.f32(), rows,
-                                          features_);
+  Kernels& k = kernels_for(device_);
+  float* dgamma = weight_->requires_grad ? grad_ptr(*weight_) : nullptr;
+  float* dbeta = bias_->requires_grad ? grad_ptr(*bias_) : nullptr;
+  if (!dgamma || !dbeta) {
+    reuse_buffer(frozen_grad_, {2 * features_}, device_);
+    k.fill(frozen_grad_.f32(), 2 * features_, 0.f);
+    if (!dgamma) dgamma = frozen_grad_.f32();
+    if (!dbeta) dbeta = frozen_grad_.f32() + features_;
+  }
+  k.layernorm_backward(dx.f32(), dgamma, dbeta, dy.f32(), x_.f32(), weight_->value.f32(), mean_.f32(), rstd_.f32(),
+                       rows, features_);
   x_ = Tensor();
   return dx;
 }

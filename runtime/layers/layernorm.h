@@ -29,6 +29,7 @@ class LayerNorm final : public Module {
   Tensor x_;            // saved input
   Tensor mean_, rstd_;  // (rows) layer-owned, reused across steps
   Tensor y_cache_, dx_cache_;
+  Tensor frozen_grad_;  // (2 * features) scratch for a frozen gamma's or beta's gradient
 };
 
 }  // namespace tandem

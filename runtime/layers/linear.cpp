@@ -59,12 +59,14 @@ Tensor Linear::backward(const Tensor& dy) {
   Kernels& k = kernels_for(device_);
   const bool bf16 = x_.dtype() == DType::bf16;
   const Tensor dy16 = bf16 ? to_bf16(dy16_, dy) : Tensor();
-  // dW (out, in) += dy^T (out, rows) * x (rows, in); beta = 1 accumulates.
-  if (bf16)
-    k.gemm_bf16(grad_ptr(*weight_), bf16_bits(dy16), bf16_bits(x_), out_, in_, rows, true, false, 1.f, 1.f);
-  else
-    k.gemm(grad_ptr(*weight_), dy.f32(), x_.f32(), out_, in_, rows, true, false, 1.f, 1.f);
-  if (bias_) k.sum_rows_acc(grad_ptr(*bias_), dy.f32(), rows, out_);
+  // dW (out, in) += dy^T (out, rows) * x (rows, in); beta = 1 accumulates. Frozen: skipped.
+  if (weight_->requires_grad) {
+    if (bf16)
+      k.gemm_bf16(grad_ptr(*weight_), bf16_bits(dy16), bf16_bits(x_), out_, in_, rows, true, false, 1.f, 1.f);
+    else
+      k.gemm(grad_ptr(*weight_), dy.f32(), x_.f32(), out_, in_, rows, true, false, 1.f, 1.f);
+  }
+  if (bias_ && bias_->requires_grad) k.sum_rows_acc(grad_ptr(*bias_), dy.f32(), rows, out_);
   Tensor dx;
   if (needs_input_grad_) {
     dx = reuse_buffer(dx_cache_, x_.shape(), device_);

@@ -40,13 +40,15 @@ Tensor TiedLinear::backward(const Tensor& dy) {
   if (dy.shape() != Shape{rows, out}) throw_shape_error(kind(), "output gradient", shape_str({rows, out}), dy.shape());
   Kernels& k = kernels_for(device);
   Tensor dx = reuse_buffer(dx_cache_, x_.shape(), device);
+  // A frozen weight (runtime/freeze.h) gets no dW.
+  const bool dw = weight_.requires_grad;
   if (x_.dtype() == DType::bf16) {
     const Tensor dy16 = to_bf16(dy16_, dy);
-    k.gemm_bf16(grad_ptr(weight_), bf16_bits(dy16), bf16_bits(x_), out, in, rows, true, false, 1.f, 1.f);
+    if (dw) k.gemm_bf16(grad_ptr(weight_), bf16_bits(dy16), bf16_bits(x_), out, in, rows, true, false, 1.f, 1.f);
     k.gemm_bf16(dx.f32(), bf16_bits(dy16), bf16_bits(w16_), rows, in, out, false, false, 1.f, 0.f);
   } else {
     // dW (out, in) += dy^T (out, rows) * x (rows, in)
-    k.gemm(grad_ptr(weight_), dy.f32(), x_.f32(), out, in, rows, true, false, 1.f, 1.f);
+    if (dw) k.gemm(grad_ptr(weight_), dy.f32(), x_.f32(), out, in, rows, true, false, 1.f, 1.f);
     // dx (rows, in) = dy (rows, out) * W (out, in)
     k.gemm(dx.f32(), dy.f32(), weight_.value.f32(), rows, in, out, false, false, 1.f, 0.f);
   }

@@ -9,16 +9,28 @@
 
 namespace tandem {
 
+namespace {
+std::vector<Parameter*> trainable(std::vector<Parameter*> params) {
+  std::erase_if(params, [](const Parameter* p) { return !p->requires_grad; });
+  return params;
+}
+}  // namespace
+
 Optimizer::Optimizer(OptimizerConfig config, std::vector<Parameter*> params)
-    : config_(config), params_(std::move(params)) {
+    : config_(config), params_(trainable(std::move(params))) {
   for (size_t i = 0; i < params_.size(); ++i) ranges_.push_back({i, 0, params_[i]->value.numel()});
 }
 
 Optimizer::Optimizer(OptimizerConfig config, std::vector<Parameter*> params, std::vector<ParamRange> ranges)
     : config_(config), params_(std::move(params)), ranges_(std::move(ranges)), sharded_(true) {
   for (const ParamRange& r : ranges_)
+  {
     if (r.param >= params_.size() || r.first < 0 || r.count < 0 || r.first + r.count > params_[r.param]->value.numel())
       throw std::invalid_argument("optimizer: a range outside its parameter");
+    if (!params_[r.param]->requires_grad)
+      throw std::invalid_argument("optimizer: a range of frozen parameter '" + params_[r.param]->name +
+                                  "' (frozen parameters are not optimized)");
+  }
 }
 
 void Optimizer::add_slot(const std::string& slot) {

@@ -8,6 +8,11 @@
 // ranges, back to back in one flat tensor per slot. The updates are elementwise, so a
 // range gets bit for bit the update the whole tensor would; AdamW decays a range when its
 // parameter has two or more dimensions, as it decays the whole tensor.
+//
+// Frozen parameters (Parameter::requires_grad false when the optimizer is built,
+// runtime/freeze.h) are left out: no state slot, no update (not even weight decay), no
+// part in the clipping norm, and no "<param>.<slot>" in state(), so a checkpoint of a
+// run with frozen parameters has no optimizer state for them.
 #pragma once
 
 #include <functional>
@@ -47,11 +52,14 @@ struct ParamRange {
 
 class Optimizer {
  public:
-  // Every element of every parameter; state tensors shaped as their parameters.
+  // Every element of every trainable parameter of `params` (frozen ones are dropped);
+  // state tensors shaped as their parameters.
   Optimizer(OptimizerConfig config, std::vector<Parameter*> params);
   // Only `ranges` (a sharded optimizer): each slot is one flat f32 tensor holding the
   // ranges' state back to back, in the order given. Its state() cannot be named per
   // parameter and throws; Strategy::with_full_optimizer gives a checkpoint's layout.
+  // `params` is kept as given (ranges index into it); a range of a frozen parameter
+  // throws std::invalid_argument.
   Optimizer(OptimizerConfig config, std::vector<Parameter*> params, std::vector<ParamRange> ranges);
   virtual ~Optimizer() = default;
 
@@ -66,6 +74,9 @@ class Optimizer {
   // std::logic_error for a sharded optimizer (its state covers some ranges only).
   std::vector<std::pair<std::string, Tensor>> state() const;
   const OptimizerConfig& config() const { return config_; }
+  // The parameters ranges() index into: a plain optimizer's trainable ones, in the order
+  // given (so range i is parameter i); a sharded optimizer's exactly as given.
+  const std::vector<Parameter*>& parameters() const { return params_; }
 
   // The ranges this optimizer updates (whole parameters unless sharded), and for each
   // its slice of slot `slot_index` (count elements, f32).

@@ -25,6 +25,8 @@ uint64_t parameter_signature(const Parameter& p) {
   DType d = p.value.dtype();
   mix(&d, sizeof d);
   for (int64_t dim : p.value.shape()) mix(&dim, sizeof dim);
+  const uint8_t trained = p.requires_grad ? 1 : 0;  // ranks must freeze the same parameters
+  mix(&trained, 1);
   return h;
 }
 
@@ -89,12 +91,13 @@ void DdpStrategy::check_parameters_match() {
     msg << "DDP: ranks hold different parameters; the first difference is parameter #" << i << " (";
     if (i < static_cast<int64_t>(params.size()))
       msg << "on rank " << group_->rank() << ": '" << params[i]->name << "' " << shape_str(params[i]->value.shape())
-          << " " << dtype_name(params[i]->value.dtype());
+          << " " << dtype_name(params[i]->value.dtype()) << (params[i]->requires_grad ? "" : ", frozen");
     else
       msg << "rank " << group_->rank() << " has only " << params.size() << " parameters";
     msg << "); ranks differing from rank 0:";
     for (int r : differ) msg << " " << r;
-    msg << ". Every rank must build the same model (same --model and --hidden).";
+    msg << ". Every rank must build the same model (same --model and --hidden) and freeze the same parameters "
+           "(--freeze).";
     throw std::runtime_error(msg.str());
   }
 }

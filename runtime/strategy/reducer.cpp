@@ -2,7 +2,6 @@
 #include "runtime/strategy/reducer.h"
 
 #include <algorithm>
-#include <numeric>
 #include <sstream>
 #include <stdexcept>
 
@@ -29,8 +28,9 @@ Reducer::Reducer(std::vector<Parameter*> params, std::shared_ptr<ProcessGroup> g
   if (options_.zero_stage > 0 && !options_.communicate)
     throw std::invalid_argument("ZeRO-1 needs gradient communication (each rank updates only its shard)");
   for (size_t i = 0; i < params_.size(); ++i) index_of_[params_[i]] = i;
-  std::vector<size_t> reverse(params_.size());
-  std::iota(reverse.rbegin(), reverse.rend(), size_t{0});
+  std::vector<size_t> reverse;
+  for (size_t idx = params_.size(); idx-- > 0;)
+    if (params_[idx]->requires_grad) reverse.push_back(idx);
   build_buckets(reverse);
   marked_.assign(params_.size(), 0);
 }
@@ -70,7 +70,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   }
 
   std::vector<Bucket> buckets(groups.size());
-  bucket_of_.assign(params_.size(), 0);
+  bucket_of_.assign(params_.size(), kNoBucket);
   for (size_t b = 0; b < groups.size(); ++b) {
     Bucket& bucket = buckets[b];
     int64_t numel = 0;
@@ -132,6 +132,7 @@ void Reducer::mark_ready(Parameter& param) {
   if (it == index_of_.end())
     throw std::logic_error("reducer: gradient-ready for '" + param.name + "', which DDP does not manage");
   size_t idx = it->second;
+  if (bucket_of_[idx] == kNoBucket) return;  // frozen: nothing to reduce
   if (marked_[idx])
     throw std::runtime_error("DDP: parameter '" + param.name +
                              "' was marked ready twice in one backward (a module used twice in "
@@ -159,7 +160,7 @@ std::string Reducer::missing_report() const {
   std::ostringstream out;
   std::vector<std::string> names;
   for (size_t idx = 0; idx < params_.size(); ++idx)
-    if (!marked_[idx]) names.push_back(params_[idx]->name);
+    if (!marked_[idx] && bucket_of_[idx] != kNoBucket) names.push_back(params_[idx]->name);
   out << "DDP: " << names.size() << " parameter(s) received no gradient in this backward: ";
   for (size_t i = 0; i < names.size() && i < 20; ++i) out << (i ? ", " : "") << names[i];
   if (names.size() > 20) out << ", ...";
@@ -220,13 +221,16 @@ void Reducer::rebuild_from_rank0_order() {
   // ZeRO lays the optimizer's shards along the buckets, and only this rank's shard of
   // the gradients exists now: the buckets stay as built.
   if (options_.zero_stage > 0) return;
-  // Nothing to order (a model without parameters; every rank agrees, DDP checked that),
-  // and params_.front() below would not exist.
-  if (params_.empty()) return;
   // Rank 0's ready order this backward, broadcast; parameters never marked (unused)
-  // follow in reverse registration order.
-  std::vector<int64_t> order(params_.size());
+  // follow in reverse registration order. Frozen parameters have no bucket and no place.
   std::vector<uint8_t> seen(params_.size(), 0);
+  for (size_t idx = 0; idx < params_.size(); ++idx)
+    if (bucket_of_[idx] == kNoBucket) seen[idx] = 1;
+  const size_t trainable = static_cast<size_t>(std::count(seen.begin(), seen.end(), uint8_t{0}));
+  // Nothing to order (a model without trainable parameters; every rank agrees, DDP
+  // checked the parameters), and params_.front() below would not exist.
+  if (trainable == 0) return;
+  std::vector<int64_t> order(trainable);
   size_t n = 0;
   for (size_t idx : ready_order_) {
     order[n++] = static_cast<int64_t>(idx);
@@ -239,7 +243,8 @@ void Reducer::rebuild_from_rank0_order() {
                    params_.front()->value.device(), options_.timeout);
   std::vector<size_t> as_size(order.begin(), order.end());
   for (size_t idx : as_size)
-    if (idx >= params_.size()) throw std::runtime_error("DDP: rank 0 sent an invalid bucket order");
+    if (idx >= params_.size() || bucket_of_[idx] == kNoBucket)
+      throw std::runtime_error("DDP: rank 0 sent an invalid bucket order (do the ranks freeze the same parameters?)");
   // Unchanged order (the usual case for sequential models): keep the buckets.
   std::vector<size_t> current;
   for (const Bucket& b : buckets_) current.insert(current.end(), b.params.begin(), b.params.end());

@@ -16,6 +16,9 @@
 //     when backward ends, is an error naming the parameters — never a hang;
 //   - after the first synchronised backward the buckets are rebuilt in the order
 //     gradients actually became ready on rank 0 (broadcast, so all ranks agree).
+//   - a frozen parameter (requires_grad false when the reducer is built) is in no bucket
+//     and never communicated; its ready mark is ignored and nothing waits for it. Every
+//     rank must freeze the same parameters.
 //
 // ZeRO-1 (options.zero_stage = 1, docs/zero.md): each bucket's buffer is padded to a
 // multiple of the world size W and reduce-scattered (average) instead of all-reduced, so
@@ -78,7 +81,8 @@ class Reducer {
   void finalize_backward(PhaseTimes& times);
 
   std::vector<BucketInfo> bucket_info() const;
-  // Parameter indices (registration order) of each bucket, in launch order.
+  // Parameter indices (registration order) of each bucket, in launch order; frozen
+  // parameters appear in none.
   std::vector<std::vector<size_t>> bucket_layout() const;
   // Each bucket's parameters, offsets and sizes, in launch order.
   std::vector<BucketLayout> layouts() const;
@@ -110,7 +114,8 @@ class Reducer {
   ReducerOptions options_;
   Tracer* tracer_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;       // param index -> bucket index
+  static constexpr size_t kNoBucket = static_cast<size_t>(-1);
+  std::vector<size_t> bucket_of_;       // param index -> bucket index (kNoBucket: frozen)
   std::vector<uint8_t> marked_;         // this backward
   std::vector<size_t> ready_order_;     // this backward, in mark order
   size_t next_launch_ = 0;

@@ -141,10 +141,22 @@ void ZeroShards::step(float lr) {
   }
 }
 
+namespace {
+// For each of `params`, its index in a plain optimizer built over them (which leaves the
+// frozen ones out: they are in no bucket, so no layout names them).
+std::vector<size_t> plain_indices(const std::vector<Parameter*>& params, const Optimizer& plain) {
+  std::vector<size_t> out(params.size(), static_cast<size_t>(-1));
+  for (size_t i = 0, j = 0; i < params.size() && j < plain.parameters().size(); ++i)
+    if (params[i] == plain.parameters()[j]) out[i] = j++;
+  return out;
+}
+}  // namespace
+
 std::unique_ptr<Optimizer> ZeroShards::full_optimizer(bool gather) {
   std::unique_ptr<Optimizer> full = make_optimizer(config_, params_);
   full->set_steps_taken(optimizer_->steps_taken());
   if (!gather) return full;
+  const std::vector<size_t> plain = plain_indices(params_, *full);
   const size_t slots = optimizer_->slot_names().size();
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     const Bucket& b = buckets_[bi];
@@ -156,7 +168,7 @@ std::unique_ptr<Optimizer> ZeroShards::full_optimizer(bool gather) {
         if (range_bucket_[r] == bi) all.view(range_at_[r], {optimizer_->ranges()[r].count}).copy_from(optimizer_->slot(r, s));
       group_->allgather(buffer_of(all))->wait(timeout_);
       for (size_t j = 0; j < l.params.size(); ++j) {
-        Tensor& dst = full->slot(l.params[j], s);  // a plain optimizer: range i is parameter i
+        Tensor& dst = full->slot(plain[l.params[j]], s);  // a plain optimizer: range i is its parameter i
         dst.copy_from(all.view(l.offsets[j], dst.shape()));
       }
     }
@@ -167,17 +179,21 @@ std::unique_ptr<Optimizer> ZeroShards::full_optimizer(bool gather) {
 void ZeroShards::load_from(Optimizer& full) {
   if (full.sharded() || full.slot_names() != optimizer_->slot_names())
     throw std::logic_error("ZeRO: loading from an optimizer of another layout");
+  const std::vector<size_t> plain = plain_indices(params_, full);
   for (size_t r = 0; r < optimizer_->ranges().size(); ++r) {
     const ParamRange& range = optimizer_->ranges()[r];
+    if (plain[range.param] >= full.parameters().size())
+      throw std::logic_error("ZeRO: loading from an optimizer without parameter '" + params_[range.param]->name + "'");
     for (size_t s = 0; s < optimizer_->slot_names().size(); ++s)
-      optimizer_->slot(r, s).copy_from(full.slot(range.param, s).view(range.first, {range.count}));
+      optimizer_->slot(r, s).copy_from(full.slot(plain[range.param], s).view(range.first, {range.count}));
   }
   optimizer_->set_steps_taken(full.steps_taken());
 }
 
 int64_t ZeroShards::full_state_bytes() const {
   int64_t numel = 0;
-  for (const Parameter* p : params_) numel += p->value.numel();
+  for (const Parameter* p : params_)
+    if (p->requires_grad) numel += p->value.numel();
   return numel * static_cast<int64_t>(optimizer_->slot_names().size() * sizeof(float));
 }
 

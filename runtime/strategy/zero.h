@@ -17,6 +17,9 @@
 //     bucket first (it holds the first layers), and the next forward waits for each
 //     bucket just before the first layer that reads it (Model's forward pre-hook).
 //
+// Frozen parameters (runtime/freeze.h) are in no bucket: never sharded, updated or
+// gathered; every rank keeps the value DDP broadcast at construction.
+//
 // Invariants:
 //   - every rank issues the same collectives in the same order: the norm's all-gather
 //     before the update, then the gathers in reverse bucket order;
@@ -74,7 +77,7 @@ class ZeroShards {
   std::unique_ptr<Optimizer> full_optimizer(bool gather);
   // Takes this rank's shard (and steps_taken) from a plain optimizer's full state.
   void load_from(Optimizer& full);
-  // Bytes of state a plain optimizer of these parameters holds.
+  // Bytes of state a plain optimizer of these parameters holds (frozen ones hold none).
   int64_t full_state_bytes() const;
 
  private:
