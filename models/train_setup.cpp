@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include "models/generate.h"
@@ -15,17 +17,47 @@
 
 namespace tandem {
 
+namespace {
+
+// A fine-tune of a language model keeps its pretrained vocabulary: the --init-from
+// checkpoint's (a checkpoint directory, the newest of a directory of them, or the model file
+// of one), when it records one. nullopt: the text's own bytes.
+std::optional<std::vector<uint8_t>> init_from_vocab(const TrainConfig& c) {
+  namespace fs = std::filesystem;
+  if (c.init_from.empty()) return std::nullopt;
+  std::error_code ec;
+  const fs::path p = c.init_from;
+  std::string dir;
+  if (fs::exists(p / "meta.json", ec)) {
+    dir = p.string();
+  } else if (fs::is_directory(p, ec)) {
+    const std::vector<std::string> found = list_checkpoints(p.string());
+    if (!found.empty()) dir = found.front();
+  } else if (fs::exists(p.parent_path() / "meta.json", ec)) {
+    dir = p.parent_path().string();
+  }
+  if (dir.empty()) return std::nullopt;  // load_weights names what is wrong with the path
+  const CheckpointMeta meta = read_checkpoint_meta(dir);
+  if (meta.extra.count("text.vocab_hex") == 0) return std::nullopt;
+  return vocab_from_meta(meta);
+}
+
+}  // namespace
+
 TrainData load_train_data(const TrainConfig& c) {
   TrainData d;
   if (text_data(c)) {
+    const std::optional<std::vector<uint8_t>> vocab = init_from_vocab(c);
+    const std::vector<uint8_t>* v = vocab ? &*vocab : nullptr;
     // A text file that cannot serve (missing, empty, too short, a changed shakespeare copy)
     // is bad input: a usage error that names the file.
     try {
       if (c.data == "shakespeare")
         d.text = std::make_shared<const TextDataset>(
-            load_text(default_shakespeare_path(), "shakespeare", std::string(kShakespeareSha256), c.context));
+            load_text(default_shakespeare_path(), "shakespeare", std::string(kShakespeareSha256), c.context, v));
       else
-        d.text = std::make_shared<const TextDataset>(load_text(text_data_path(c), c.data, std::nullopt, c.context));
+        d.text = std::make_shared<const TextDataset>(load_text(text_data_path(c), c.data, std::nullopt, c.context, v));
+      if (v) spdlog::info("--init-from: the text is encoded with the checkpoint's vocabulary of {} bytes", v->size());
     } catch (const std::runtime_error& e) {
       throw UsageError(std::string("--data ") + c.data + ": " + e.what());
     }

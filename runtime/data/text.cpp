@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -133,7 +134,8 @@ std::string sha256_hex(std::span<const uint8_t> bytes) {
 }
 
 TextDataset load_text(const std::string& path, const std::string& name,
-                      std::optional<std::string> expected_sha256, int64_t context) {
+                      std::optional<std::string> expected_sha256, int64_t context,
+                      const std::vector<uint8_t>* vocab) {
   if (context < 1)
     throw std::invalid_argument("load_text: context must be >= 1, got " + std::to_string(context));
   const bool shakespeare = expected_sha256 && lowercase(*expected_sha256) == kShakespeareSha256;
@@ -155,7 +157,11 @@ TextDataset load_text(const std::string& path, const std::string& name,
   ds.name = name;
   ds.path = path;
   std::array<bool, 256> present{};
-  for (uint8_t b : bytes) present[b] = true;
+  if (vocab) {
+    for (uint8_t b : *vocab) present[b] = true;
+  } else {
+    for (uint8_t b : bytes) present[b] = true;
+  }
   std::array<int32_t, 256> token_of{};
   for (int b = 0; b < 256; ++b)
     if (present[static_cast<size_t>(b)]) {
@@ -163,7 +169,16 @@ TextDataset load_text(const std::string& path, const std::string& name,
       ds.vocab.push_back(static_cast<uint8_t>(b));
     }
   ds.tokens.resize(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) ds.tokens[i] = token_of[bytes[i]];
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (!present[bytes[i]]) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", bytes[i]);
+      throw std::runtime_error("text data file '" + path + "' holds byte " + byte + " at offset " +
+                               std::to_string(i) + ", which the given vocabulary of " +
+                               std::to_string(vocab->size()) + " bytes lacks");
+    }
+    ds.tokens[i] = token_of[bytes[i]];
+  }
   ds.train_tokens = ds.size() * 9 / 10;
 
   const int64_t window = context + 1;

@@ -52,9 +52,12 @@ std::string sha256_hex(std::span<const uint8_t> bytes);
 // Reads and encodes a text file. Throws std::runtime_error naming the file and the problem:
 // missing or unreadable, empty, sha256 different from `expected_sha256` (both given), or a
 // split shorter than one window of context + 1 tokens (the sizes given). Throws
-// std::invalid_argument for context < 1.
+// std::invalid_argument for context < 1. `vocab`, when given (a fine-tune keeps its
+// pretrained model's vocabulary: vocab_from_meta), is the vocabulary instead of the file's
+// own bytes: a byte outside it is a std::runtime_error naming the byte and its offset.
 TextDataset load_text(const std::string& path, const std::string& name,
-                      std::optional<std::string> expected_sha256, int64_t context);
+                      std::optional<std::string> expected_sha256, int64_t context,
+                      const std::vector<uint8_t>* vocab = nullptr);
 
 // $TANDEM_DATA_DIR/tinyshakespeare.txt when that variable is set and not empty, else the
 // repository's data/tinyshakespeare.txt (its absolute path is compiled in), else, for an

@@ -8,7 +8,9 @@
 #     hold exactly the trained parameters' bytes; ZeRO-1 gives the same parameters;
 #  2. resuming the fine-tune without --freeze is refused, naming the parameters (exit 1);
 #  3. --init-from into another --hidden exits 2 naming every mismatched tensor, and
-#     --init-skip lets it start; usage errors exit 2.
+#     --init-skip lets it start; usage errors exit 2;
+#  4. a GPT fine-tuned on another text encodes it with the checkpoint's vocabulary, and a
+#     byte outside that vocabulary is a usage error (exit 2) naming it.
 source "$(dirname "$0")/lib.sh"
 T="$BIN/tandem-train"
 RUN="$BIN/tandemrun"
@@ -72,4 +74,21 @@ expect 2 "--init-skip needs --init-from" -- "$T" "${COMMON[@]}" --init-skip fc1.
 expect 2 "pattern 'head.*' matches no parameter" -- "$T" "${COMMON[@]}" --max-steps 1 --freeze fc1.weight,head.*
 expect 2 "nothing would train" -- "$T" "${COMMON[@]}" --max-steps 1 --freeze '*'
 expect 2 "no such checkpoint" -- "$T" "${COMMON[@]}" --max-steps 1 --init-from "$TMP/none"
+
+# 4. A language model fine-tuned on another text keeps its vocabulary: a tiny GPT pretrained on
+#    one text, fine-tuned on a second one written in a subset of its bytes (body frozen); a
+#    text with a byte the vocabulary lacks is a usage error naming the byte.
+GPT=(--model gpt --n-layer 1 --n-head 2 --n-embd 16 --context 8 --batch-size 4 --threads 1 --no-progress)
+python3 - "$TMP" <<'PY'
+import sys
+d = sys.argv[1]
+open(d + "/first.txt", "w").write("the quick brown fox jumps over the lazy dog.\n" * 40)
+open(d + "/second.txt", "w").write("a dog jumps. the fox is quick.\n" * 40)
+open(d + "/third.txt", "w").write("42 dogs\n" * 40)
+PY
+expect 0 "done:" -- "$T" "${GPT[@]}" --data "text:$TMP/first.txt" --max-steps 5 --checkpoint-dir "$TMP/gpt"
+expect 0 "encoded with the checkpoint's vocabulary of 29 bytes" -- "$T" "${GPT[@]}" --data "text:$TMP/second.txt" \
+  --max-steps 5 --init-from "$TMP/gpt" --freeze 'wte.*,wpe.*'
+expect 2 "holds byte 0x34 at offset 0, which the given vocabulary of 29 bytes lacks" -- \
+  "$T" "${GPT[@]}" --data "text:$TMP/third.txt" --max-steps 5 --init-from "$TMP/gpt"
 finish

@@ -129,6 +129,28 @@ TEST(TextData, Utf8CharactersBecomeSeveralByteTokens) {
   EXPECT_EQ(ds.encode("h\xc3\xa9"), (std::vector<int32_t>{1, 3, 2}));
 }
 
+// A fine-tune encodes its text with the pretrained vocabulary (a superset of the text's
+// bytes): token k is byte vocab[k]; a byte outside it is refused, named with its offset.
+TEST(TextData, AGivenVocabularyEncodesTheTextOrNamesTheByteItLacks) {
+  TempDir dir;
+  write_file(dir.file("t.txt"), "abababababab\nbababababa");
+  const std::vector<uint8_t> vocab = {'\n', ' ', 'a', 'b', 'c'};
+  const TextDataset ds = load_text(dir.file("t.txt"), "t", std::nullopt, 2, &vocab);
+  EXPECT_EQ(ds.vocab, vocab);
+  EXPECT_EQ(ds.tokens[0], 2);   // 'a'
+  EXPECT_EQ(ds.tokens[1], 3);   // 'b'
+  EXPECT_EQ(ds.tokens[12], 0);  // '\n'
+  const std::vector<uint8_t> small = {'\n', 'a'};
+  try {
+    load_text(dir.file("t.txt"), "t", std::nullopt, 2, &small);
+    FAIL() << "a byte outside the vocabulary was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds byte 0x62 at offset 1, which the given vocabulary of 2 bytes lacks"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TextData, EnvironmentOverridesTheDataDirectory) {
   const char* old = std::getenv("TANDEM_DATA_DIR");
   const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
