@@ -415,3 +415,50 @@ TEST(Api, YourLossAndMetricsTrainARegressionInEveryProcessMode) {
     EXPECT_NEAR(b, 0.5f, 0.01f);
   }
 }
+
+TEST(Api, FineTuneLoadsWeightsByNameAndFreezesTheBody) {
+  tandem::set_cpu_threads(1);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("tandem-api-ft-" + std::to_string(getpid()))).string();
+  {
+    auto pretrained = make_model(1);
+    tandem::OptimizerConfig sgd;
+    auto opt = tandem::make_optimizer(sgd, pretrained->parameters());
+    tandem::CheckpointMeta meta;
+    tandem::save_checkpoint(dir, *pretrained, *opt, meta);
+  }
+  const std::string pretrained_dir = dir;
+  // [snippet: fine-tune]
+  // The factory loads the pretrained weights by name (all but the new head, which keeps its
+  // fresh initialisation) and freezes the body: the strategy then buckets, reduces and steps
+  // only fc_out, and backward stops at it.
+  auto fine_tune = [&] {
+    std::unique_ptr<tandem::Model> m = make_model(/*seed=*/2);
+    tandem::LoadWeightsResult loaded = tandem::load_weights(pretrained_dir, *m, /*skip=*/{"fc_out.*"});
+    tandem::freeze_parameters(*m, {"fc_in.*", "block.*"});  // names or globs; a typo throws, naming it
+    (void)loaded;  // loaded.loaded, .skipped: the names, for a log line
+    return m;
+  };
+  std::unique_ptr<tandem::Strategy> strategy = tandem::parallelize(fine_tune, tandem::OptimizerConfig{}, {});
+  // [end]
+  auto pretrained = make_model(1);
+  tandem::load_checkpoint(tandem::resolve_resume("auto", dir), *pretrained, nullptr);
+  auto train = std::make_shared<const tandem::Dataset>(tandem::make_synthetic(256, 7, true));
+  std::unique_ptr<tandem::BatchSource> batches = tandem::training_batches(train, 32, *strategy, 0);
+  while (std::optional<tandem::Batch> batch = batches->next()) {
+    strategy->forward_backward(*batch);
+    strategy->step(0.05f);
+  }
+  for (tandem::Parameter* p : strategy->model().parameters()) {
+    const bool head = p->name.rfind("fc_out.", 0) == 0;
+    EXPECT_EQ(p->requires_grad, head) << p->name;
+    const std::vector<float> now = p->value.to_vector(), then = pretrained->find(p->name)->value.to_vector();
+    EXPECT_EQ(now == then, !head) << p->name << (head ? " did not train" : " moved while frozen");
+  }
+  EXPECT_EQ(strategy->optimizer().state().size(), 2u);  // fc_out.weight and .bias momentum only
+  // A model whose tensors do not match is refused, naming them.
+  auto other = std::make_unique<tandem::Model>();
+  other->add("fc_in", std::make_unique<tandem::Linear>(28 * 28, 32));
+  EXPECT_THROW(tandem::load_weights(pretrained_dir, *other), tandem::WeightsMismatch);
+  std::filesystem::remove_all(dir);
+}
