@@ -13,24 +13,31 @@ static void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
 }
 
-std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
+namespace {
+
+// The command line as CLI11 fills it: the configuration, the choices still by name (typed
+// once, in type_and_check), and the options whose presence a rule reads.
+struct Flags {
   TrainConfig c;
-  // The choices as typed, checked against their names by CLI11, typed once after parsing.
   std::string optimizer = "sgd", mode = "single", device = "cpu", backend = "auto", comm_hook = "none",
               precision = "fp32", grad_reduce_dtype = "fp32";
-  CLI::App app{"tandem-train: train a model on one process, one device per replica "
-               "(--mode single|dp|ddp). Every flag, variable and exit code: docs/reference.md.",
-               "tandem-train"};
-  app.set_version_flag("--version", std::string("tandem-train ") + TANDEM_VERSION_STRING, "Print the version and exit");
-  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::vector<CLI::Option*> gpt_flags;
+  CLI::Option* hidden = nullptr;
+  CLI::Option* grad_reduce = nullptr;
+  bool no_progress = false;
+};
+
+// Every flag of docs/reference.md's tandem-train, with its help text and accepted names.
+void add_flags(CLI::App& app, Flags& f) {
+  TrainConfig& c = f.c;
   const auto names = [](std::initializer_list<std::string> v) { return CLI::IsMember(std::vector<std::string>(v)); };
 
   app.add_option("--model", c.model,
                  "Model: mlp (784-H-H-10), cnn (2 conv blocks, 170k params) or gpt (GPT-2 style "
                  "character-level transformer; needs --data shakespeare or text:PATH)")
       ->check(names({"mlp", "cnn", "gpt"}));
-  auto* hidden = app.add_option("--hidden", c.hidden, "Hidden width of the mlp");
-  std::vector<CLI::Option*> gpt_flags = {
+  f.hidden = app.add_option("--hidden", c.hidden, "Hidden width of the mlp");
+  f.gpt_flags = {
       app.add_option("--n-layer", c.n_layer, "gpt: transformer blocks"),
       app.add_option("--n-head", c.n_head, "gpt: attention heads (must divide --n-embd)"),
       app.add_option("--n-embd", c.n_embd, "gpt: embedding width"),
@@ -60,7 +67,7 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--lr", c.lr, "Peak learning rate (after warm-up; cosine decay to --min-lr)");
   app.add_option("--min-lr", c.min_lr, "Learning rate at the end of the cosine decay");
   app.add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (-1: 2% of the run)");
-  app.add_option("--optimizer", optimizer, "Optimizer")->check(names({"sgd", "adamw"}));
+  app.add_option("--optimizer", f.optimizer, "Optimizer")->check(names({"sgd", "adamw"}));
   app.add_option("--momentum", c.momentum, "SGD momentum");
   app.add_flag("--nesterov", c.nesterov, "SGD with Nesterov momentum");
   app.add_option("--weight-decay", c.weight_decay,
@@ -72,23 +79,23 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
                  "Clip gradients to this global L2 norm before each step (0: off); in DDP the norm of the "
                  "all-reduced gradients, the same on every rank");
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout");
-  app.add_option("--mode", mode, "Training mode")->check(names({"single", "dp", "ddp"}));
+  app.add_option("--mode", f.mode, "Training mode")->check(names({"single", "dp", "ddp"}));
   app.add_option("--devices", c.devices, "Devices driven by one process in --mode dp");
-  app.add_option("--device", device, "Device kind")->check(names({"cpu", "cuda"}));
+  app.add_option("--device", f.device, "Device kind")->check(names({"cpu", "cuda"}));
   app.add_option("--threads", c.threads,
                  "BLAS threads (0: OPENBLAS_NUM_THREADS or OMP_NUM_THREADS if set, else all cores)");
-  app.add_option("--backend", backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl", "shm", "hier"}));
+  app.add_option("--backend", f.backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl", "shm", "hier"}));
   app.add_option("--collective-timeout-s", c.collective_timeout_s, "Seconds a collective, or the start-up rendezvous, may wait for the other ranks");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket cap in MB");
   app.add_flag("--no-overlap", c.no_overlap, "All-reduce buckets only after backward ends");
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");
   app.add_option("--grad-accum", c.grad_accum, "Micro-steps per optimizer step");
-  app.add_option("--comm-hook", comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
-  app.add_option("--precision", precision,
+  app.add_option("--comm-hook", f.comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
+  app.add_option("--precision", f.precision,
                  "Matrix products (linear, conv, LM head) in fp32, or bf16 with f32 accumulation; weights, "
                  "optimizer state, loss and softmax stay f32")
       ->check(names({"fp32", "bf16"}));
-  auto* grad_reduce = app.add_option("--grad-reduce-dtype", grad_reduce_dtype,
+  f.grad_reduce = app.add_option("--grad-reduce-dtype", f.grad_reduce_dtype,
                                      "DDP: all-reduce gradients in fp32 or bf16 (bf16 is --comm-hook bf16)")
                           ->check(names({"fp32", "bf16"}));
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
@@ -119,31 +126,23 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   app.add_option("--summary-json", c.summary_json, "Write the run summary (JSON) to FILE");
   app.add_option("--log-level", c.log_level, "Log level")
       ->check(names({"trace", "debug", "info", "warn", "error", "off"}));
-  bool no_progress = false;
-  app.add_flag("--no-progress", no_progress, "No progress bar, plain log lines even on a terminal");
+  app.add_flag("--no-progress", f.no_progress, "No progress bar, plain log lines even on a terminal");
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return std::nullopt;
-  } catch (const CLI::CallForVersion&) {
-    std::cout << "tandem-train " << TANDEM_VERSION_STRING << "\n";
-    return std::nullopt;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
-  c.progress = !no_progress;
-  c.optimizer = parse_optimizer_kind(optimizer);
-  c.mode = parse_mode(mode);
-  c.device = device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
-  c.backend = parse_backend(backend);
-  c.precision = parse_precision(precision);
+// The choices typed, then every rule between flags; a broken one is a UsageError naming it.
+void type_and_check(Flags& f) {
+  TrainConfig& c = f.c;
+  c.progress = !f.no_progress;
+  c.optimizer = parse_optimizer_kind(f.optimizer);
+  c.mode = parse_mode(f.mode);
+  c.device = f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  c.backend = parse_backend(f.backend);
+  c.precision = parse_precision(f.precision);
 
   const bool gpt = c.model == "gpt";
-  for (CLI::Option* o : gpt_flags)
+  for (CLI::Option* o : f.gpt_flags)
     require(gpt || o->count() == 0, o->get_name() + " is a flag of --model gpt, not of --model " + c.model);
-  require(!gpt || hidden->count() == 0, "--hidden is a flag of --model mlp, not of --model gpt");
+  require(!gpt || f.hidden->count() == 0, "--hidden is a flag of --model mlp, not of --model gpt");
   // --sample reads its model and vocabulary from the checkpoint: it needs no --data.
   require(gpt == text_data(c) || (gpt && c.sample > 0),
           gpt ? "--model gpt needs --data shakespeare or --data text:PATH, got --data " + c.data
@@ -187,16 +186,16 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
 
   const bool ddp = c.mode == Mode::ddp;
   // --grad-reduce-dtype names the reduction's dtype; the bf16 comm hook is what does it.
-  if (grad_reduce_dtype == "bf16") {
+  if (f.grad_reduce_dtype == "bf16") {
     require(ddp, "--grad-reduce-dtype bf16 needs --mode ddp (only DDP all-reduces gradients)");
-    require(comm_hook == "none" || comm_hook == "bf16",
-            "--grad-reduce-dtype bf16 contradicts --comm-hook " + comm_hook);
-    comm_hook = "bf16";
+    require(f.comm_hook == "none" || f.comm_hook == "bf16",
+            "--grad-reduce-dtype bf16 contradicts --comm-hook " + f.comm_hook);
+    f.comm_hook = "bf16";
   } else {
-    require(grad_reduce->count() == 0 || comm_hook == "none",
-            "--grad-reduce-dtype fp32 contradicts --comm-hook " + comm_hook);
+    require(f.grad_reduce->count() == 0 || f.comm_hook == "none",
+            "--grad-reduce-dtype fp32 contradicts --comm-hook " + f.comm_hook);
   }
-  c.comm_hook = parse_comm_hook(comm_hook);
+  c.comm_hook = parse_comm_hook(f.comm_hook);
   const bool hooked = c.comm_hook != CommHookKind::none;
   require(ddp || !c.no_overlap, "--no-overlap needs --mode ddp");
   require(ddp || !c.no_comm, "--no-comm needs --mode ddp");
@@ -207,19 +206,19 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
                                           " is not built: 0 (off) or 1 (shard the optimizer state)");
   if (c.zero > 0) {
     require(ddp, "--zero 1 needs --mode ddp (it shards the optimizer state across DDP processes), got --mode " +
-                     mode);
-    require(!hooked, "--zero 1 reduce-scatters gradients in fp32: it takes no --comm-hook " + comm_hook +
+                     f.mode);
+    require(!hooked, "--zero 1 reduce-scatters gradients in fp32: it takes no --comm-hook " + f.comm_hook +
                          " (nor --grad-reduce-dtype bf16)");
     require(!c.no_comm, "--zero 1 needs gradient communication: it cannot run with --no-comm");
     require(c.device != DeviceKind::cuda || !host_staged_backend(c),
-            "--zero 1 with --device cuda needs --backend nccl (" + backend +
+            "--zero 1 with --device cuda needs --backend nccl (" + f.backend +
                 " stages GPU buckets through host memory)");
   }
 
   require(c.mode == Mode::dp || c.devices == 1, "--devices needs --mode dp");
   require(c.backend != Backend::nccl || c.device == DeviceKind::cuda, "--backend nccl needs --device cuda");
   require(!hooked || c.device != DeviceKind::cuda || !host_staged_backend(c),
-          "--comm-hook " + comm_hook + " with --device cuda needs --backend nccl (mpi, gloo, shm and hier stage GPU "
+          "--comm-hook " + f.comm_hook + " with --device cuda needs --backend nccl (mpi, gloo, shm and hier stage GPU "
           "buckets through host memory, uncompressed)");
   require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");
   require(c.resume != "auto" || !c.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
@@ -229,7 +228,31 @@ std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
   require(c.init_skip.empty() || !c.init_from.empty(), "--init-skip needs --init-from");
   require(c.sample == 0 || (c.init_from.empty() && c.freeze.empty()),
           "--sample reads its model from --resume: it takes no --init-from or --freeze");
-  return c;
+}
+
+}  // namespace
+
+std::optional<TrainConfig> parse_train_args(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"tandem-train: train a model on one process, one device per replica "
+               "(--mode single|dp|ddp). Every flag, variable and exit code: docs/reference.md.",
+               "tandem-train"};
+  app.set_version_flag("--version", std::string("tandem-train ") + TANDEM_VERSION_STRING, "Print the version and exit");
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_flags(app, f);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return std::nullopt;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "tandem-train " << TANDEM_VERSION_STRING << "\n";
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  type_and_check(f);
+  return f.c;
 }
 
 }  // namespace tandem
