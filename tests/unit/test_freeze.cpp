@@ -29,6 +29,7 @@
 #include "runtime/strategy/reducer.h"
 #include "runtime/strategy/zero.h"
 #include "tests/checkpoint/tiny_model.h"
+#include "tests/support/temp_dir.h"
 
 namespace tandem {
 namespace {
@@ -36,19 +37,9 @@ namespace {
 namespace fs = std::filesystem;
 using test::make_mlp;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("tandem_test_freeze_" + std::to_string(getpid()) + "_" + std::to_string(next_id()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-  static int next_id() {
-    static std::atomic<int> n{0};
-    return n++;
-  }
+struct TempDir : tandem::testing::TempDir {
+  TempDir() : tandem::testing::TempDir("tandem_test_freeze") {}
+  std::string str() const { return path().string(); }
 };
 
 std::string bytes_of(const Tensor& t) { return {static_cast<const char*>(t.raw()), t.nbytes()}; }
@@ -472,7 +463,7 @@ TEST(LoadWeights, MatchesByNameRefusesNamingEveryMismatchAndHonoursSkips) {
   r = load_weights(ckpt, *two, {"fc3.*"});
   EXPECT_EQ(r.ignored, (std::vector<std::string>{"fc3.bias", "fc3.weight"}));
 
-  EXPECT_THROW(load_weights((dir.path / "nope").string(), *head), std::invalid_argument);
+  EXPECT_THROW(load_weights((dir.path() / "nope").string(), *head), std::invalid_argument);
 }
 
 TEST(FineTuneFactory, LoadsThenFreezesAndMakesMismatchesUsageErrors) {
