@@ -4,7 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
+#include "runtime/layers/activation_checkpoint.h"
 #include "runtime/layers/dropout.h"
 #include "runtime/layers/embedding.h"
 #include "runtime/layers/layer_util.h"
@@ -39,9 +41,13 @@ GptModel::GptModel(const GptConfig& config, uint64_t seed) : config_(config) {
   add("wpe", std::make_unique<PositionEmbedding>(c.context, c.n_embd));
   // Dropout seeds: one stream per dropout layer, all derived from the run's seed.
   if (c.dropout > 0.f) add("drop", std::make_unique<Dropout>(c.dropout, seed * 1000003 + 1));
-  for (int64_t i = 0; i < c.n_layer; ++i)
-    add("blocks." + std::to_string(i),
-        std::make_unique<TransformerBlock>(c.n_embd, c.n_head, c.dropout, seed * 1000003 + 16 * (i + 1)));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    std::unique_ptr<Module> block =
+        std::make_unique<TransformerBlock>(c.n_embd, c.n_head, c.dropout, seed * 1000003 + 16 * (i + 1));
+    // A transparent wrapper: "blocks.i.attn.qkv.weight" and the Dropout counters keep their names.
+    if (c.activation_checkpointing) block = std::make_unique<ActivationCheckpoint>(std::move(block));
+    add("blocks." + std::to_string(i), std::move(block));
+  }
   add("ln_f", std::make_unique<LayerNorm>(c.n_embd));
   add("lm_head", std::make_unique<TiedLinear>(tied));
   reset_parameters(seed);

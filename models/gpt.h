@@ -27,6 +27,9 @@ struct GptConfig {
   int64_t n_embd = 128;
   int64_t context = 64;  // longest sequence (rows of wpe)
   float dropout = 0.f;
+  // Recompute each block's activations in backward instead of keeping them
+  // (runtime/layers/activation_checkpoint.h): the blocks are wrapped, names unchanged.
+  bool activation_checkpointing = false;
 };
 
 // Throws std::invalid_argument naming the flag at fault (--n-embd not divisible by

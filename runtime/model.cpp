@@ -21,6 +21,7 @@ Model& Model::add(const std::string& name, std::unique_ptr<Module> module) {
   module->set_precision(precision_);
   module->set_grad_ready_hook(&hook_);
   for (Parameter* p : module->parameters()) params_.push_back(p);
+  for (ModuleBuffer* b : module->buffers()) buffers_.push_back(b);
   layer_params_.push_back(params_.size());
   layers_.push_back({name, std::move(module)});
   return *this;
@@ -114,6 +115,12 @@ Parameter* Model::find(const std::string& name) const {
   return nullptr;
 }
 
+ModuleBuffer* Model::find_buffer(const std::string& name) const {
+  for (ModuleBuffer* b : buffers_)
+    if (b->name == name) return b;
+  return nullptr;
+}
+
 int64_t Model::num_parameters() const {
   int64_t n = 0;
   for (const Parameter* p : params_) n += p->value.numel();
@@ -142,12 +149,14 @@ void Model::to(Device device) {
   device_ = device;
 }
 
-std::string parameter_checksum(const Model& model) {
-  std::vector<const Parameter*> sorted(model.parameters().begin(), model.parameters().end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Parameter* a, const Parameter* b) { return a->name < b->name; });
+namespace {
+
+// FNV-1a 64 over the host bytes of named tensors, in name order, as 16 hex digits.
+template <typename Named>
+std::string checksum_by_name(std::vector<const Named*> sorted) {
+  std::sort(sorted.begin(), sorted.end(), [](const Named* a, const Named* b) { return a->name < b->name; });
   uint64_t h = 1469598103934665603ull;
-  for (const Parameter* p : sorted) {
+  for (const Named* p : sorted) {
     Tensor host = p->value.device().is_cpu() ? p->value : p->value.to(Device::cpu());
     const unsigned char* bytes = static_cast<const unsigned char*>(host.raw());
     for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
@@ -155,6 +164,16 @@ std::string parameter_checksum(const Model& model) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+}  // namespace
+
+std::string parameter_checksum(const Model& model) {
+  return checksum_by_name(std::vector<const Parameter*>(model.parameters().begin(), model.parameters().end()));
+}
+
+std::string buffer_checksum(const Model& model) {
+  return checksum_by_name(std::vector<const ModuleBuffer*>(model.buffers().begin(), model.buffers().end()));
 }
 
 }  // namespace tandem

@@ -51,6 +51,9 @@ class Model {
   // default bucket order and the checksum all use it).
   const std::vector<Parameter*>& parameters() const { return params_; }
   Parameter* find(const std::string& name) const;  // nullptr when absent
+  // Every buffer (runtime/module.h) in registration order, and one by name.
+  const std::vector<ModuleBuffer*>& buffers() const { return buffers_; }
+  ModuleBuffer* find_buffer(const std::string& name) const;  // nullptr when absent
   int64_t num_parameters() const;                  // element count
   size_t layer_count() const { return layers_.size(); }
   Module& layer(size_t i) { return *layers_[i].module; }
@@ -92,6 +95,7 @@ class Model {
   };
   std::vector<Layer> layers_;
   std::vector<Parameter*> params_;
+  std::vector<ModuleBuffer*> buffers_;
   std::vector<size_t> layer_params_{0};  // layer i's parameters are params_[layer_params_[i], layer_params_[i+1])
   GradReadyHook hook_;
   ForwardPreHook pre_hook_;
@@ -103,5 +107,8 @@ class Model {
 // Hash of every parameter's bytes in name order (FNV-1a 64 over the host copies),
 // as 16 hex digits: equal checksums mean bit-identical parameters.
 std::string parameter_checksum(const Model& model);
+// The same over every buffer (runtime/module.h): equal checksums mean bit-identical
+// buffers. A model without buffers gives the checksum of nothing.
+std::string buffer_checksum(const Model& model);
 
 }  // namespace tandem

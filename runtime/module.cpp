@@ -29,14 +29,24 @@ void Module::reset_parameters(uint64_t seed) {
   for (auto& [name, child] : children_) child->reset_parameters(seed);
 }
 
+void Module::release_activations() {
+  for (auto& [name, child] : children_) child->release_activations();
+}
+
+void Module::visit(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [name, child] : children_) child->visit(fn);
+}
+
 std::map<std::string, uint64_t> Module::counters() const {
   std::map<std::string, uint64_t> out;
   for (const auto& [name, child] : children_)
-    for (const auto& [key, value] : child->counters()) out[name + "." + key] = value;
+    for (const auto& [key, value] : child->counters()) out[name.empty() ? key : name + "." + key] = value;
   return out;
 }
 
 void Module::set_counter(const std::string& name, uint64_t value) {
+  if (children_.size() == 1 && children_[0].first.empty()) return children_[0].second->set_counter(name, value);
   const size_t dot = name.find('.');
   if (dot != std::string::npos)
     for (auto& [child_name, child] : children_)
@@ -56,8 +66,11 @@ void Module::set_precision(Precision precision) {
 }
 
 void Module::set_prefix(const std::string& prefix) {
-  auto join = [&](const std::string& local) { return prefix.empty() ? local : prefix + "." + local; };
+  auto join = [&](const std::string& local) {
+    return prefix.empty() ? local : local.empty() ? prefix : prefix + "." + local;
+  };
   for (size_t i = 0; i < params_.size(); ++i) params_[i]->name = join(local_names_[i]);
+  for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i]->name = join(buffer_names_[i]);
   for (auto& [name, child] : children_) child->set_prefix(join(name));
 }
 
@@ -65,6 +78,14 @@ std::vector<Parameter*> Module::parameters() {
   std::vector<Parameter*> out = own_parameters();
   for (auto& [name, child] : children_)
     for (Parameter* p : child->parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<ModuleBuffer*> Module::buffers() {
+  std::vector<ModuleBuffer*> out;
+  for (auto& b : buffers_) out.push_back(b.get());
+  for (auto& [name, child] : children_)
+    for (ModuleBuffer* b : child->buffers()) out.push_back(b);
   return out;
 }
 
@@ -80,6 +101,8 @@ void Module::to(Device device) {
     p->value = p->value.to(device);
     p->grad = p->grad.to(device);
   }
+  for (auto& b : buffers_)
+    if (b->value.device() != device) b->value = b->value.to(device);
   for (auto& [name, child] : children_) child->to(device);
   device_ = device;
 }
@@ -90,14 +113,12 @@ void Module::set_grad_ready_hook(const GradReadyHook* hook) {
 }
 
 void Module::adopt(const std::string& local_name, std::unique_ptr<Module> child) {
-  if (local_name.empty() || local_name.find('.') != std::string::npos)
-    throw std::invalid_argument(kind() + ": a sub-module name must be non-empty and without '.', got '" +
-                                local_name + "'");
-  for (const auto& [name, c] : children_)
-    if (name == local_name) throw std::invalid_argument(kind() + ": duplicate sub-module '" + local_name + "'");
-  for (const std::string& name : local_names_)
-    if (name == local_name)
-      throw std::invalid_argument(kind() + ": sub-module '" + local_name + "' clashes with a parameter");
+  if (local_name.find('.') != std::string::npos)
+    throw std::invalid_argument(kind() + ": a sub-module name must not contain '.', got '" + local_name + "'");
+  const bool transparent = children_.size() == 1 && children_[0].first.empty();
+  if (transparent || (local_name.empty() && (!children_.empty() || !params_.empty() || !buffers_.empty())))
+    throw std::invalid_argument(kind() + ": a transparent sub-module (empty name) must be the only member");
+  check_new_name(local_name, "sub-module");
   child->to(device_);
   child->set_training(training_);
   child->set_precision(precision_);
@@ -117,7 +138,34 @@ void Module::report_ready(Module& module) {
   for (size_t j = ps.size(); j-- > 0;) (*hook_)(*ps[j]);
 }
 
+void Module::check_new_name(const std::string& local_name, const char* what) const {
+  if (children_.size() == 1 && children_[0].first.empty())
+    throw std::invalid_argument(kind() + ": " + what + " '" + local_name +
+                                "' added beside a transparent sub-module, which must be the only member");
+  auto clash = [&](const char* other) {
+    throw std::invalid_argument(kind() + ": " + what + " '" + local_name + "' clashes with a " + other +
+                                " of the same name");
+  };
+  for (const auto& [name, c] : children_)
+    if (name == local_name) clash("sub-module");
+  for (const std::string& name : local_names_)
+    if (name == local_name) clash("parameter");
+  for (const std::string& name : buffer_names_)
+    if (name == local_name) clash("buffer");
+}
+
+ModuleBuffer& Module::add_buffer(const std::string& local_name, const Shape& shape, DType dtype) {
+  check_new_name(local_name, "buffer");
+  auto b = std::make_unique<ModuleBuffer>();
+  b->name = local_name;
+  b->value = Tensor::zeros(shape, dtype, device_);
+  buffer_names_.push_back(local_name);
+  buffers_.push_back(std::move(b));
+  return *buffers_.back();
+}
+
 Parameter& Module::add_parameter(const std::string& local_name, const Shape& shape) {
+  check_new_name(local_name, "parameter");
   auto p = std::make_unique<Parameter>();
   p->name = local_name;
   p->value = Tensor::zeros(shape, DType::f32, device_);

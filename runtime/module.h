@@ -42,6 +42,17 @@ struct Parameter {
   bool requires_grad = true;
 };
 
+// ModuleBuffer: named module state that is not trained (BatchNorm's running mean and variance,
+// its count of batches), as PyTorch's register_buffer. Checkpoints save and load buffers
+// with the parameters (model.safetensors, under the same dotted names); the reducer never
+// sees them (no gradient, never bucketed); every replica holds its own copy, which the
+// strategies keep equal: DDP broadcasts rank 0's after each forward (ParallelOptions::
+// broadcast_buffers), DataParallel copies device 0's to the replicas before each step.
+struct ModuleBuffer {
+  std::string name;  // full dotted name, e.g. "bn1.running_mean"
+  Tensor value;
+};
+
 // Deterministic per-parameter random stream: the same (seed, name) gives the same
 // values on every rank, device and mode, independent of registration order.
 std::mt19937_64 parameter_rng(uint64_t seed, const std::string& name);
@@ -71,6 +82,17 @@ class Module {
   // default routes "child.name" to that sub-module.
   virtual void set_counter(const std::string& name, uint64_t value);
 
+  // Drops everything forward saved for backward and every buffer the module keeps for
+  // reuse across steps (outputs, input gradients, scratch), in this module and every
+  // sub-module: the memory is free once nobody else holds it, and the next forward
+  // allocates afresh. Activation checkpointing (runtime/layers/activation_checkpoint.h)
+  // calls it after each forward of the module it wraps. A layer that keeps tensors
+  // overrides it and calls Module::release_activations() for its sub-modules.
+  virtual void release_activations();
+  // Calls fn on this module, then on every sub-module, depth first, in registration
+  // order (a strategy finds its BatchNorm layers so).
+  void visit(const std::function<void(Module&)>& fn);
+
   // Training mode for this module and every sub-module. Out of training (evaluation,
   // sampling) a forward keeps nothing for a backward, as PyTorch under no_grad: its
   // input's buffer is free for the next batch, and backward then says no forward ran.
@@ -91,9 +113,11 @@ class Module {
   void set_prefix(const std::string& prefix);
   // Every parameter this module owns, then each sub-module's, in registration order.
   std::vector<Parameter*> parameters();
+  // The same for buffers: this module's, then each sub-module's, in registration order.
+  std::vector<ModuleBuffer*> buffers();
   // The parameters this module registered itself (not its sub-modules').
   std::vector<Parameter*> own_parameters();
-  // Moves parameters (values and gradients) to a device, sub-modules included.
+  // Moves parameters (values and gradients) and buffers to a device, sub-modules included.
   void to(Device device);
   Device device() const { return device_; }
   // Where backward_child reports ready parameters (null: nowhere); set on the whole tree
@@ -103,7 +127,12 @@ class Module {
  protected:
   // Registers a parameter with a local name ("weight"); value and grad are zeroed.
   Parameter& add_parameter(const std::string& local_name, const Shape& shape);
-  // Registers a sub-module under a local name and returns it.
+  // Registers a buffer with a local name ("running_mean"), zeroed, of any dtype.
+  ModuleBuffer& add_buffer(const std::string& local_name, const Shape& shape, DType dtype = DType::f32);
+  // Registers a sub-module under a local name and returns it. An empty local name makes
+  // the child transparent: its parameters, buffers and counters take this module's
+  // prefix unchanged (a wrapper that must not rename what it wraps). At most one
+  // transparent child, and then no other member.
   template <typename M>
   M& add_module(const std::string& local_name, std::unique_ptr<M> child) {
     M& ref = *child;
@@ -124,8 +153,12 @@ class Module {
  private:
   void adopt(const std::string& local_name, std::unique_ptr<Module> child);
 
-  std::vector<std::string> local_names_;
+  void check_new_name(const std::string& local_name, const char* what) const;
+
+  std::vector<std::string> local_names_;  // the parameters'
   std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::string> buffer_names_;
+  std::vector<std::unique_ptr<ModuleBuffer>> buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   const GradReadyHook* hook_ = nullptr;
 };

@@ -1,6 +1,7 @@
 // Checkpoints (docs/reference.md, "Checkpoints"; docs/checkpoints.md): one directory per
 // checkpoint under a root,
-//   ROOT/step-00001234/model.safetensors      parameters, keyed by name ("fc1.weight")
+//   ROOT/step-00001234/model.safetensors      parameters and buffers, keyed by name ("fc1.weight",
+//                                             "bn1.running_mean": a PyTorch state dict's names)
 //                      optimizer.safetensors  optimizer state ("fc1.weight.momentum_buffer"),
 //                                             steps_taken in its __metadata__
 //                      meta.json              CheckpointMeta, file and tensor CRC-32s
@@ -27,6 +28,7 @@
 
 #include "runtime/checkpoint/checkpoint_meta.h"
 #include "runtime/checkpoint/file_io.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "runtime/model.h"
 #include "runtime/optim/optimizer.h"
 
@@ -50,6 +52,10 @@ std::optional<int64_t> parse_checkpoint_step(const std::string& name);
 // Returns the checkpoint's path.
 std::string save_checkpoint(const std::string& root, const Model& model, const Optimizer& optimizer,
                             const CheckpointMeta& meta, int keep_last = 0);
+
+// What model.safetensors holds: every parameter, then every buffer, by name (views of
+// the model's own tensors).
+NamedTensors model_tensors(const Model& model);
 
 // ROOT/step-N directories, highest step first. A missing root gives none.
 std::vector<std::string> list_checkpoints(const std::string& root);

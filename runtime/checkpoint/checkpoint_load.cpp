@@ -251,8 +251,7 @@ CheckpointMeta load_checkpoint(const std::string& dir, Model& model, Optimizer* 
   // Validate everything first: nothing below the next comment may run on a mismatch.
   const std::string model_path = join(dir, kModelFile);
   const SafetensorsHeader model_header = read_safetensors_header(model_path);
-  NamedTensors params;
-  for (const Parameter* p : model.parameters()) params.emplace_back(p->name, p->value);
+  NamedTensors params = model_tensors(model);
   check_same_tensors(model_path, model_header, params, "model", about);
 
   const std::string optimizer_path = join(dir, kOptimizerFile);

@@ -155,6 +155,13 @@ std::vector<std::string> list_checkpoints(const std::string& root) {
   return out;
 }
 
+NamedTensors model_tensors(const Model& model) {
+  NamedTensors out;
+  for (const Parameter* p : model.parameters()) out.emplace_back(p->name, p->value);
+  for (const ModuleBuffer* b : model.buffers()) out.emplace_back(b->name, b->value);
+  return out;
+}
+
 std::string save_checkpoint(const std::string& root_dir, const Model& model, const Optimizer& optimizer,
                             const CheckpointMeta& meta, int keep_last) {
   if (meta.step < 0) throw CheckpointError("save_checkpoint: negative step " + std::to_string(meta.step));
@@ -179,8 +186,7 @@ std::string save_checkpoint(const std::string& root_dir, const Model& model, con
     m.created_utc = utc_now();
     m.files.clear();
 
-    NamedTensors params;
-    for (const Parameter* p : model.parameters()) params.emplace_back(p->name, p->value);
+    const NamedTensors params = model_tensors(model);
     const std::string step_str = std::to_string(m.step);
     // "format": "pt" is what Hugging Face loaders look for; the values are plain tensors.
     m.files[kModelFile] = record_of(write_safetensors(

@@ -69,21 +69,21 @@ LoadWeightsResult load_weights(const std::string& path, Model& model, const std:
   std::vector<std::string> missing, unexpected, reshaped;
   std::map<std::string, Tensor> into;
   std::set<std::string> names;
-  for (Parameter* p : model.parameters()) {
-    names.insert(p->name);
-    if (matches_any(skip_patterns, p->name)) {
-      r.skipped.push_back(p->name);
+  for (const auto& [name, value] : model_tensors(model)) {  // buffers too: BatchNorm's statistics
+    names.insert(name);
+    if (matches_any(skip_patterns, name)) {
+      r.skipped.push_back(name);
       continue;
     }
-    const SafetensorsEntry* e = header.find(p->name);
+    const SafetensorsEntry* e = header.find(name);
     if (!e) {
-      missing.push_back(p->name + " (" + spec(p->value.dtype(), p->value.shape()) + ")");
-    } else if (e->dtype != p->value.dtype() || e->shape != p->value.shape()) {
-      reshaped.push_back(p->name + " (" + spec(e->dtype, e->shape) + " in the checkpoint, " +
-                         spec(p->value.dtype(), p->value.shape()) + " in the model)");
+      missing.push_back(name + " (" + spec(value.dtype(), value.shape()) + ")");
+    } else if (e->dtype != value.dtype() || e->shape != value.shape()) {
+      reshaped.push_back(name + " (" + spec(e->dtype, e->shape) + " in the checkpoint, " +
+                         spec(value.dtype(), value.shape()) + " in the model)");
     } else {
-      into.emplace(p->name, p->value);
-      r.loaded.push_back(p->name);
+      into.emplace(name, value);
+      r.loaded.push_back(name);
     }
   }
   for (const SafetensorsEntry& e : header.tensors) {

@@ -67,4 +67,16 @@ Tensor GELU::backward(const Tensor& dy) {
   return dx;
 }
 
+void ReLU::release_activations() {
+  y_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+}
+
+void GELU::release_activations() {
+  x_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+}
+
 }  // namespace tandem

@@ -16,6 +16,7 @@ class ReLU final : public Module {
   std::string kind() const override { return "ReLU"; }
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
  private:
   Tensor y_;  // saved output: dx = dy where y > 0
@@ -30,6 +31,7 @@ class GELU final : public Module {
   std::string kind() const override { return "GELU"; }
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
  private:
   GeluApproximation approximation_;

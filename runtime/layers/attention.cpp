@@ -46,4 +46,14 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   return backward_child(*qkv_, dqkv);
 }
 
+void CausalSelfAttention::release_activations() {
+  qkv_out_ = Tensor();
+  att_ = Tensor();
+  att_cache_ = Tensor();
+  out_cache_ = Tensor();
+  dqkv_cache_ = Tensor();
+  datt_cache_ = Tensor();
+  Module::release_activations();  // qkv, proj, drop
+}
+
 }  // namespace tandem

@@ -25,6 +25,7 @@ class CausalSelfAttention final : public Module {
   // x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
   Linear& qkv() { return *qkv_; }
   Linear& proj() { return *proj_; }

@@ -13,7 +13,7 @@
 namespace tandem {
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
-               int64_t padding)
+               int64_t padding, bool bias)
     : in_(in_channels), out_(out_channels), k_(kernel_size), stride_(stride), pad_(padding) {
   if (in_ <= 0 || out_ <= 0 || k_ <= 0 || stride_ <= 0 || pad_ < 0)
     throw std::invalid_argument(
@@ -22,13 +22,13 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, i
         std::to_string(in_) + " out=" + std::to_string(out_) + " k=" + std::to_string(k_) +
         " stride=" + std::to_string(stride_) + " padding=" + std::to_string(pad_));
   weight_ = &add_parameter("weight", {out_, in_, k_, k_});
-  bias_ = &add_parameter("bias", {out_});
+  if (bias) bias_ = &add_parameter("bias", {out_});
 }
 
 void Conv2d::reset_parameters(uint64_t seed) {
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_ * k_ * k_));
   init_uniform(*weight_, seed, bound);
-  init_uniform(*bias_, seed, bound);
+  if (bias_) init_uniform(*bias_, seed, bound);
 }
 
 int64_t Conv2d::images_per_chunk(int64_t n, int64_t ckk, int64_t ohw) const {
@@ -77,7 +77,7 @@ Tensor Conv2d::forward(const Tensor& x) {
       k.gemm(yt, weight_->value.f32(), col, out_, nc * ohw, ckk, false, false, 1.f, 0.f);
     if (nc > 1) k.swap_leading(yc, yt, out_, nc, ohw);  // (OC, nc, OH*OW) -> (nc, OC, OH*OW)
   }
-  k.add_bias_channels(y.f32(), bias_->value.f32(), n, out_, ohw);
+  if (bias_) k.add_bias_channels(y.f32(), bias_->value.f32(), n, out_, ohw);
 
   saved_ = training();  // evaluation keeps nothing for a backward
   bf16_saved_ = bf16;   // backward multiplies in the precision forward did (w16_ is forward's)
@@ -98,7 +98,7 @@ Tensor Conv2d::backward(const Tensor& dy) {
 
   Kernels& k = kernels_for(device_);
   // A frozen weight or bias (runtime/freeze.h) gets no gradient: its products are skipped.
-  if (bias_->requires_grad) k.sum_channels_acc(grad_ptr(*bias_), dy.f32(), n, out_, ohw);
+  if (bias_ && bias_->requires_grad) k.sum_channels_acc(grad_ptr(*bias_), dy.f32(), n, out_, ohw);
   float* dw = weight_->requires_grad ? grad_ptr(*weight_) : nullptr;
   const float* wt = weight_->value.f32();
   Tensor dx;
@@ -143,6 +143,22 @@ Tensor Conv2d::backward(const Tensor& dy) {
   saved_ = false;
   x_ = Tensor();
   return dx;
+}
+
+void Conv2d::release_activations() {
+  saved_ = false;
+  cols_saved_ = false;
+  bf16_saved_ = false;
+  x_shape_.clear();
+  x_ = Tensor();
+  cols_ = Tensor();
+  dcol_ = Tensor();
+  gemm_out_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+  w16_ = Tensor();
+  col16_ = Tensor();
+  dy16_ = Tensor();
 }
 
 }  // namespace tandem

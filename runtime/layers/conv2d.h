@@ -22,12 +22,14 @@ namespace tandem {
 
 class Conv2d final : public Module {
  public:
+  // bias = false: no "bias" parameter and no bias add (torchvision's convs before a BatchNorm).
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1,
-         int64_t padding = 0);
+         int64_t padding = 0, bool bias = true);
   std::string kind() const override { return "Conv2d"; }
   // x (N, C, H, W) -> y (N, OC, OH, OW), OH = (H + 2*padding - k) / stride + 1 (floor).
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
   // weight and bias ~ U(-1/sqrt(C*k*k), 1/sqrt(C*k*k)), PyTorch's default bound.
   void reset_parameters(uint64_t seed) override;
 
@@ -48,7 +50,7 @@ class Conv2d final : public Module {
   static constexpr size_t kDefaultChunkLimit = size_t{256} << 20;
   std::optional<size_t> chunk_limit_;  // unset: the device's default
   Parameter* weight_;  // (OC, C, k, k), read as (OC, C*k*k)
-  Parameter* bias_;    // (OC)
+  Parameter* bias_ = nullptr;  // (OC), absent when bias = false
   // Saved by forward for backward.
   bool saved_ = false;
   bool cols_saved_ = false;  // cols_ holds every image's columns

@@ -54,4 +54,13 @@ Tensor Dropout::backward(const Tensor& dy) {
   return dx;
 }
 
+void Dropout::release_activations() {
+  // calls_ is a counter, not an activation: the mask sequence goes on.
+  saved_ = Saved::none;
+  y_shape_.clear();
+  mask_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+}
+
 }  // namespace tandem

@@ -18,6 +18,7 @@ class Dropout final : public Module {
   std::string kind() const override { return "Dropout"; }
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
   float p() const { return p_; }
   // Training forwards so far; the next one draws its mask from mask_seed(calls()).

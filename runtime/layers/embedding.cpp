@@ -87,4 +87,14 @@ Tensor PositionEmbedding::backward(const Tensor& dy) {
   return dy;  // d(x + w)/dx is the identity
 }
 
+void Embedding::release_activations() {
+  ids_ = Tensor();
+  y_cache_ = Tensor();
+}
+
+void PositionEmbedding::release_activations() {
+  x_shape_.clear();
+  y_cache_ = Tensor();
+}
+
 }  // namespace tandem

@@ -21,6 +21,7 @@ class Embedding final : public Module {
   Tensor forward(const Tensor& ids) override;
   // Accumulates the table gradient; returns an undefined tensor (ids have no gradient).
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
   // weight ~ N(0, 1), torch.nn.Embedding's default.
   void reset_parameters(uint64_t seed) override;
 
@@ -43,6 +44,7 @@ class PositionEmbedding final : public Module {
   // x (B, T, dim) with T <= max_positions -> x + weight[0..T) broadcast over B.
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
   // weight ~ N(0, 1), as an nn.Embedding.
   void reset_parameters(uint64_t seed) override;
 

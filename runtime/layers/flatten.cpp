@@ -25,4 +25,6 @@ Tensor Flatten::backward(const Tensor& dy) {
   return dy.reshape(x_shape_);
 }
 
+void Flatten::release_activations() { saved_ = false; }  // the shapes alone hold no memory
+
 }  // namespace tandem

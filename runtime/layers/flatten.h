@@ -13,6 +13,7 @@ class Flatten final : public Module {
   std::string kind() const override { return "Flatten"; }
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
  private:
   bool saved_ = false;

@@ -61,4 +61,13 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   return dx;
 }
 
+void LayerNorm::release_activations() {
+  x_ = Tensor();
+  mean_ = Tensor();
+  rstd_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+  frozen_grad_ = Tensor();
+}
+
 }  // namespace tandem

@@ -18,6 +18,7 @@ class LayerNorm final : public Module {
   // x (..., features) -> y of the same shape.
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
   // weight = 1, bias = 0 (the seed is unused, as in PyTorch).
   void reset_parameters(uint64_t seed) override;
 

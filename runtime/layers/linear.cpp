@@ -80,4 +80,13 @@ Tensor Linear::backward(const Tensor& dy) {
   return dx;
 }
 
+void Linear::release_activations() {
+  x_ = Tensor();
+  w16_ = Tensor();
+  x16_ = Tensor();
+  dy16_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+}
+
 }  // namespace tandem

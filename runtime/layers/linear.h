@@ -18,6 +18,7 @@ class Linear final : public Module {
   // x (..., in) -> y (..., out); every leading dimension is a batch dimension.
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
   // weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)), PyTorch's kaiming_uniform(a=sqrt(5)) bound.
   void reset_parameters(uint64_t seed) override;
 

@@ -46,4 +46,12 @@ Tensor MaxPool2d::backward(const Tensor& dy) {
   return dx;
 }
 
+void MaxPool2d::release_activations() {
+  saved_ = false;
+  x_shape_.clear();
+  argmax_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+}
+
 }  // namespace tandem

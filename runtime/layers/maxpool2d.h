@@ -19,6 +19,7 @@ class MaxPool2d final : public Module {
   // x (N, C, H, W) -> y (N, C, (H-k)/stride + 1, (W-k)/stride + 1)
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
  private:
   int64_t k_, stride_;

@@ -56,4 +56,13 @@ Tensor TiedLinear::backward(const Tensor& dy) {
   return dx;
 }
 
+void TiedLinear::release_activations() {
+  x_ = Tensor();
+  y_cache_ = Tensor();
+  dx_cache_ = Tensor();
+  w16_ = Tensor();
+  x16_ = Tensor();
+  dy16_ = Tensor();
+}
+
 }  // namespace tandem

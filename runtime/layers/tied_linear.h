@@ -23,6 +23,7 @@ class TiedLinear final : public Module {
   Tensor forward(const Tensor& x) override;
   // Adds dy^T x into the tied weight's gradient; returns dx of x's shape.
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
  private:
   Parameter& weight_;

@@ -61,4 +61,9 @@ Tensor TransformerBlock::backward(const Tensor& dy) {
   return dx;
 }
 
+void TransformerBlock::release_activations() {
+  saved_ = false;
+  Module::release_activations();  // ln1, attn, ln2, mlp
+}
+
 }  // namespace tandem

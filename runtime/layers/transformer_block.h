@@ -20,6 +20,7 @@
 
 namespace tandem {
 
+// Mlp keeps nothing of its own: Module::release_activations releases its sub-modules.
 class Mlp final : public Module {
  public:
   Mlp(int64_t n_embd, float dropout = 0.f, uint64_t dropout_seed = 0);
@@ -42,6 +43,7 @@ class TransformerBlock final : public Module {
   // x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void release_activations() override;
 
  private:
   LayerNorm* ln1_;
