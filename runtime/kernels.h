@@ -82,6 +82,33 @@ class Kernels {
   virtual void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
                                   const float* x, const float* gamma, const float* mean,
                                   const float* rstd, int64_t rows, int64_t cols) = 0;
+  // Batch normalisation (runtime/layers/batchnorm.h): x (N, C, S), S the spatial size
+  // (H*W; L or 1 for BatchNorm1d); statistics per channel over N and S. Per-channel sums
+  // accumulate in double and the moments are derived in double, on the device: a CUDA
+  // forward never waits for the host.
+  // stats (2C + 1) = [sum x (C), sum x^2 (C), N*S], overwritten.
+  virtual void batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s) = 0;
+  // From stats (2C + 1), possibly summed over replicas (count = stats[2C]): mean (C) =
+  // sum / count and invstd (C) = 1 / sqrt(var + eps), var = max(sumsq / count - mean^2, 0)
+  // (biased); then running_mean, running_var (C) = (1 - momentum) * running + momentum *
+  // (mean, var * count / (count - 1)) and num_batches_tracked (one i64) += 1, in place.
+  virtual void batchnorm_train_moments(float* mean, float* invstd, float* running_mean, float* running_var,
+                                       int64_t* num_batches_tracked, const float* stats, int64_t c, float eps,
+                                       float momentum) = 0;
+  // Evaluation: invstd (C) = 1 / sqrt(running_var (C) + eps).
+  virtual void batchnorm_eval_invstd(float* invstd, const float* running_var, int64_t c, float eps) = 0;
+  // y (N, C, S) = (x - mean) * invstd * weight + bias; weight, bias (C) null: 1 and 0.
+  virtual void batchnorm_forward(float* y, const float* x, const float* mean, const float* invstd,
+                                 const float* weight, const float* bias, int64_t n, int64_t c, int64_t s) = 0;
+  // sums (2C) = [sum dy (C), sum dy * xhat (C)], xhat = (x - mean) * invstd; overwritten.
+  virtual void batchnorm_backward_sums(float* sums, const float* dy, const float* x, const float* mean,
+                                       const float* invstd, int64_t n, int64_t c, int64_t s) = 0;
+  // dx (N, C, S) = weight * invstd * (dy - sum_dy / M - xhat * sum_dy_xhat / M), overwritten;
+  // sums (2C) as batchnorm_backward_sums gives them (possibly summed over replicas), M =
+  // count[0] (a float on this device: forward's stats[2C]); weight null: 1.
+  virtual void batchnorm_backward_dx(float* dx, const float* dy, const float* x, const float* mean,
+                                     const float* invstd, const float* weight, const float* sums, const float* count,
+                                     int64_t n, int64_t c, int64_t s) = 0;
   // probs = softmax(logits) per row; losses[r] = -log probs[r, labels[r]].
   virtual void softmax_xent_forward(float* probs, float* losses, const float* logits,
                                     const int32_t* labels, int64_t rows, int64_t classes) = 0;

@@ -1,9 +1,9 @@
 // The CPU Kernels class, shared by its translation units: cpu_kernels.cpp (BLAS,
 // elementwise, dtype conversion), cpu_kernels_nn.cpp (convolution, pooling,
 // normalisation, softmax cross-entropy, optimizers), cpu_kernels_loss.cpp (MSE and BCE
-// with logits) and cpu_kernels_transformer.cpp (embedding, attention, GELU-tanh,
-// gradient clipping). Internal to runtime/cpu/: callers use
-// tandem::cpu::kernels() or kernels_for(Device::cpu()).
+// with logits), cpu_kernels_batchnorm.cpp (batch normalisation) and
+// cpu_kernels_transformer.cpp (embedding, attention, GELU-tanh, gradient clipping).
+// Internal to runtime/cpu/: callers use tandem::cpu::kernels() or kernels_for(Device::cpu()).
 // Invariant: every method follows kernels.h exactly (outputs first; *_acc adds, the rest
 // overwrite) and keeps no state between calls, so one instance serves every thread.
 #pragma once
@@ -89,6 +89,20 @@ class CpuKernels final : public Kernels {
   int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows,
                         int64_t classes) override;
   double sum(const float* x, int64_t n) override;
+
+  // cpu_kernels_batchnorm.cpp
+  void batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s) override;
+  void batchnorm_train_moments(float* mean, float* invstd, float* running_mean, float* running_var,
+                               int64_t* num_batches_tracked, const float* stats, int64_t c, float eps,
+                               float momentum) override;
+  void batchnorm_eval_invstd(float* invstd, const float* running_var, int64_t c, float eps) override;
+  void batchnorm_forward(float* y, const float* x, const float* mean, const float* invstd, const float* weight,
+                         const float* bias, int64_t n, int64_t c, int64_t s) override;
+  void batchnorm_backward_sums(float* sums, const float* dy, const float* x, const float* mean,
+                               const float* invstd, int64_t n, int64_t c, int64_t s) override;
+  void batchnorm_backward_dx(float* dx, const float* dy, const float* x, const float* mean, const float* invstd,
+                             const float* weight, const float* sums, const float* count, int64_t n, int64_t c,
+                             int64_t s) override;
 
   // cpu_kernels_loss.cpp
   void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols) override;

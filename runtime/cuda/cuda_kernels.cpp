@@ -31,6 +31,22 @@ void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, c
 size_t sum_squares_scratch(int64_t n);
 void sum_squares_acc(double* out, const float* x, int64_t n, double* scratch, cudaStream_t stream);
 void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm, cudaStream_t stream);
+// batchnorm.cu: batch normalisation. The per-channel sums go through `scratch`
+// (batchnorm_sums_scratch doubles): partials, then one ordered pass per channel.
+size_t batchnorm_sums_scratch(int64_t n, int64_t c, int64_t s);
+void batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s, double* scratch,
+                     cudaStream_t stream);
+void batchnorm_train_moments(float* mean, float* invstd, float* running_mean, float* running_var,
+                             int64_t* num_batches_tracked, const float* stats, int64_t c, float eps, float momentum,
+                             cudaStream_t stream);
+void batchnorm_eval_invstd(float* invstd, const float* running_var, int64_t c, float eps, cudaStream_t stream);
+void batchnorm_forward(float* y, const float* x, const float* mean, const float* invstd, const float* weight,
+                       const float* bias, int64_t n, int64_t c, int64_t s, cudaStream_t stream);
+void batchnorm_backward_sums(float* sums, const float* dy, const float* x, const float* mean, const float* invstd,
+                             int64_t n, int64_t c, int64_t s, double* scratch, cudaStream_t stream);
+void batchnorm_backward_dx(float* dx, const float* dy, const float* x, const float* mean, const float* invstd,
+                           const float* weight, const float* sums, const float* count, int64_t n, int64_t c, int64_t s,
+                           cudaStream_t stream);
 }  // namespace launch
 
 namespace {
@@ -242,6 +258,57 @@ void CudaKernels::layernorm_backward(float* dx, float* dgamma, float* dbeta, con
   Scratch partial(ctx_.allocator, launch::layernorm_backward_scratch(rows, cols) * sizeof(float));
   launch::layernorm_backward(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols, partial.as<float>(),
                              ctx_.stream);
+}
+
+// --- batch normalisation ---------------------------------------------------------------
+
+namespace {
+void check_batchnorm_channels(const char* what, int64_t c) {
+  // One block per channel on the grid's x axis.
+  if (c > INT_MAX)
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(c) + " channels exceed the grid");
+}
+}  // namespace
+
+void CudaKernels::batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s) {
+  check_batchnorm_channels("batchnorm_stats", c);
+  ensure_current(ctx_.device);
+  Scratch partial(ctx_.allocator, launch::batchnorm_sums_scratch(n, c, s) * sizeof(double));
+  launch::batchnorm_stats(stats, x, n, c, s, partial.as<double>(), ctx_.stream);
+}
+
+void CudaKernels::batchnorm_train_moments(float* mean, float* invstd, float* running_mean, float* running_var,
+                                          int64_t* num_batches_tracked, const float* stats, int64_t c, float eps,
+                                          float momentum) {
+  ensure_current(ctx_.device);
+  launch::batchnorm_train_moments(mean, invstd, running_mean, running_var, num_batches_tracked, stats, c, eps,
+                                  momentum, ctx_.stream);
+}
+
+void CudaKernels::batchnorm_eval_invstd(float* invstd, const float* running_var, int64_t c, float eps) {
+  ensure_current(ctx_.device);
+  launch::batchnorm_eval_invstd(invstd, running_var, c, eps, ctx_.stream);
+}
+
+void CudaKernels::batchnorm_forward(float* y, const float* x, const float* mean, const float* invstd,
+                                    const float* weight, const float* bias, int64_t n, int64_t c, int64_t s) {
+  ensure_current(ctx_.device);
+  launch::batchnorm_forward(y, x, mean, invstd, weight, bias, n, c, s, ctx_.stream);
+}
+
+void CudaKernels::batchnorm_backward_sums(float* sums, const float* dy, const float* x, const float* mean,
+                                          const float* invstd, int64_t n, int64_t c, int64_t s) {
+  check_batchnorm_channels("batchnorm_backward_sums", c);
+  ensure_current(ctx_.device);
+  Scratch partial(ctx_.allocator, launch::batchnorm_sums_scratch(n, c, s) * sizeof(double));
+  launch::batchnorm_backward_sums(sums, dy, x, mean, invstd, n, c, s, partial.as<double>(), ctx_.stream);
+}
+
+void CudaKernels::batchnorm_backward_dx(float* dx, const float* dy, const float* x, const float* mean,
+                                        const float* invstd, const float* weight, const float* sums,
+                                        const float* count, int64_t n, int64_t c, int64_t s) {
+  ensure_current(ctx_.device);
+  launch::batchnorm_backward_dx(dx, dy, x, mean, invstd, weight, sums, count, n, c, s, ctx_.stream);
 }
 
 void CudaKernels::softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels,

@@ -53,6 +53,19 @@ class CudaKernels final : public Kernels {
   void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                           const float* gamma, const float* mean, const float* rstd, int64_t rows,
                           int64_t cols) override;
+  // batchnorm.cu
+  void batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s) override;
+  void batchnorm_train_moments(float* mean, float* invstd, float* running_mean, float* running_var,
+                               int64_t* num_batches_tracked, const float* stats, int64_t c, float eps,
+                               float momentum) override;
+  void batchnorm_eval_invstd(float* invstd, const float* running_var, int64_t c, float eps) override;
+  void batchnorm_forward(float* y, const float* x, const float* mean, const float* invstd, const float* weight,
+                         const float* bias, int64_t n, int64_t c, int64_t s) override;
+  void batchnorm_backward_sums(float* sums, const float* dy, const float* x, const float* mean,
+                               const float* invstd, int64_t n, int64_t c, int64_t s) override;
+  void batchnorm_backward_dx(float* dx, const float* dy, const float* x, const float* mean, const float* invstd,
+                             const float* weight, const float* sums, const float* count, int64_t n, int64_t c,
+                             int64_t s) override;
   void softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels,
                             int64_t rows, int64_t classes) override;
   void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,

@@ -124,6 +124,33 @@ class EmulatedKernels final : public Kernels {
     cpu_.layernorm_backward(host_ptr(dx), host_ptr(dg), host_ptr(db), host_ptr(dy), host_ptr(x), host_ptr(g),
                             host_ptr(mean), host_ptr(rstd), rows, cols);
   }
+  void batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s) override {
+    cpu_.batchnorm_stats(host_ptr(stats), host_ptr(x), n, c, s);
+  }
+  void batchnorm_train_moments(float* mean, float* invstd, float* rm, float* rv, int64_t* nbt, const float* stats,
+                               int64_t c, float eps, float momentum) override {
+    cpu_.batchnorm_train_moments(host_ptr(mean), host_ptr(invstd), host_ptr(rm), host_ptr(rv), host_ptr(nbt),
+                                 host_ptr(stats), c, eps, momentum);
+  }
+  void batchnorm_eval_invstd(float* invstd, const float* rv, int64_t c, float eps) override {
+    cpu_.batchnorm_eval_invstd(host_ptr(invstd), host_ptr(rv), c, eps);
+  }
+  void batchnorm_forward(float* y, const float* x, const float* mean, const float* invstd, const float* w,
+                         const float* b, int64_t n, int64_t c, int64_t s) override {
+    cpu_.batchnorm_forward(host_ptr(y), host_ptr(x), host_ptr(mean), host_ptr(invstd), host_ptr(w), host_ptr(b), n, c,
+                           s);
+  }
+  void batchnorm_backward_sums(float* sums, const float* dy, const float* x, const float* mean, const float* invstd,
+                               int64_t n, int64_t c, int64_t s) override {
+    cpu_.batchnorm_backward_sums(host_ptr(sums), host_ptr(dy), host_ptr(x), host_ptr(mean), host_ptr(invstd), n, c,
+                                 s);
+  }
+  void batchnorm_backward_dx(float* dx, const float* dy, const float* x, const float* mean, const float* invstd,
+                             const float* w, const float* sums, const float* count, int64_t n, int64_t c,
+                             int64_t s) override {
+    cpu_.batchnorm_backward_dx(host_ptr(dx), host_ptr(dy), host_ptr(x), host_ptr(mean), host_ptr(invstd),
+                               host_ptr(w), host_ptr(sums), host_ptr(count), n, c, s);
+  }
   void softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels, int64_t rows,
                             int64_t classes) override {
     cpu_.softmax_xent_forward(host_ptr(probs), host_ptr(losses), host_ptr(logits), host_ptr(labels), rows, classes);
