@@ -27,7 +27,28 @@ void DataParallelStrategy::broadcast_parameters() {
   for (size_t r = 1; r < replicas_.size(); ++r) {
     const auto& ps = replicas_[r]->parameters();
     for (size_t i = 0; i < ps.size(); ++i) ps[i]->value.copy_from(master[i]->value);
+    copy_buffers(*replicas_[r], *replicas_[0]);
   }
+}
+
+int DataParallelStrategy::set_sync_batchnorm(bool on, std::chrono::milliseconds timeout) {
+  sync_ = on ? std::make_shared<ThreadCrossReplicaSum>(replicas(), timeout) : nullptr;
+  int found = 0;
+  for (int r = 0; r < replicas(); ++r)
+    found = set_batchnorm_sync(*replicas_[r], sync_ ? sync_->participant(r) : nullptr);
+  return found;
+}
+
+void DataParallelStrategy::run_replicas(const std::function<void(int)>& fn) {
+  pool_.run_all([&](int r) {
+    try {
+      if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
+      fn(r);
+    } catch (const std::exception& e) {
+      if (sync_) sync_->cancel("replica " + std::to_string(r) + " failed: " + e.what());
+      throw;
+    }
+  });
 }
 
 void DataParallelStrategy::reduce_add_gradients() {
@@ -76,8 +97,7 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     for (int r = 0; r < n; ++r) begin[r + 1] = begin[r] + rows / n + (r < rows % n ? 1 : 0);
     std::vector<std::vector<Tensor>> outputs(n);
     // 3: forward in parallel.
-    pool_.run_all([&](int r) {
-      if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
+    run_replicas([&](int r) {
       outputs[r] = replicas_[r]->forward_outputs(row_slice(batch.inputs, begin[r], begin[r + 1]).on(devices_[r]));
     });
     // 4: gather each output on device 0, the loss there over the whole batch. A replica's
@@ -105,8 +125,7 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
     std::span<const Tensor> douts = loss_->backward(1.0f / (static_cast<float>(loss_rows) * micro));
     times.forward_ms += sw.lap_ms();
     // 5-6: output gradients to every replica, backward in parallel.
-    pool_.run_all([&](int r) {
-      if (devices_[r].is_cuda()) cuda::set_device(devices_[r].index);
+    run_replicas([&](int r) {
       std::vector<Tensor> dy(heads);
       for (size_t h = 0; h < heads; ++h)
         if (h < douts.size() && douts[h].defined())

@@ -1,6 +1,6 @@
 // DataParallel: one process drives N devices, following torch.nn.DataParallel's
 // algorithm step by step so the comparison with DDP is honest:
-//   1 broadcast parameters from device 0 to the replicas
+//   1 broadcast parameters and buffers from device 0 to the replicas
 //   2 scatter the global batch (contiguous chunks)
 //   3 forward on every replica in parallel
 //   4 gather the outputs to device 0 and compute the loss there (each of several outputs
@@ -13,10 +13,13 @@
 // Invariant: replica 0's model is the result; the others are overwritten every step.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "runtime/layers/loss.h"
+#include "runtime/strategy/replica_sync.h"
 #include "runtime/strategy/strategy.h"
 #include "runtime/thread_pool.h"
 
@@ -40,8 +43,16 @@ class DataParallelStrategy final : public Strategy {
   }
   Optimizer& optimizer() override { return *optimizer_; }
   void set_loss(const LossFactory& make_loss) override;
+  // SyncBatchNorm over the replicas (each waits `timeout` at most for the others); off:
+  // each replica's BatchNorm sees its chunk only, and device 0's buffers are the result.
+  // Returns the BatchNorm layers of one replica.
+  int set_sync_batchnorm(bool on, std::chrono::milliseconds timeout = std::chrono::minutes(10));
 
  private:
+  // Runs fn on every replica's thread; a replica that throws cancels the cross-replica
+  // sum, so the others do not wait in it for their timeout.
+  void run_replicas(const std::function<void(int)>& fn);
+
   void broadcast_parameters();
   void reduce_add_gradients();
 
@@ -50,6 +61,7 @@ class DataParallelStrategy final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Loss> loss_;  // device 0's, over the gathered batch
   ThreadPool pool_;
+  std::shared_ptr<ThreadCrossReplicaSum> sync_;  // null unless SyncBatchNorm
 };
 
 }  // namespace tandem

@@ -10,6 +10,7 @@
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
 #include "runtime/strategy/host_collectives.h"
+#include "runtime/strategy/replica_sync.h"
 #include "runtime/strategy/single.h"
 #include "runtime/timer.h"
 
@@ -100,10 +101,46 @@ void DdpStrategy::check_parameters_match() {
            "(--freeze).";
     throw std::runtime_error(msg.str());
   }
+  // Buffers: the per-step broadcast coalesces them, so every rank must hold the same list.
+  uint64_t h = 1469598103934665603ull;
+  for (const ModuleBuffer* b : model_->buffers()) {
+    Parameter as_param{b->name, b->value, Tensor(), false};
+    h = (h ^ parameter_signature(as_param)) * 1099511628211ull;
+  }
+  std::vector<int64_t> bufs(world);
+  bufs[group_->rank()] = static_cast<int64_t>(h);
+  host_allgather(*group_, cpu_buffer(bufs.data(), world), device_, group_->timeout());
+  std::ostringstream differ;
+  for (int r = 1; r < world; ++r)
+    if (bufs[r] != bufs[0]) differ << " " << r;
+  if (!differ.str().empty())
+    throw std::runtime_error("DDP: ranks hold different buffers (names, shapes or dtypes; this rank has " +
+                             std::to_string(model_->buffers().size()) + "); ranks differing from rank 0:" +
+                             differ.str() + ". Every rank must build the same model.");
 }
 
 void DdpStrategy::broadcast_parameters() {
   for (Parameter* p : model_->parameters()) tensor_broadcast(*group_, p->value, 0, group_->timeout());
+  tandem::broadcast_buffers(*group_, *model_, 0, group_->timeout());  // replicas start identical, buffers too
+}
+
+int DdpStrategy::set_sync_batchnorm(bool on) {
+  if (on && uneven_ == UnevenInputs::join)
+    throw std::invalid_argument("DDP: SyncBatchNorm needs every rank to run every forward; uneven inputs "
+                                "'join' lets a rank without data skip them");
+  sync_batchnorm_ = on;
+  return set_batchnorm_sync(*model_, on ? std::make_shared<GroupCrossReplicaSum>(group_, group_->timeout()) : nullptr);
+}
+
+void DdpStrategy::set_uneven_inputs(UnevenInputs policy) {
+  if (policy == UnevenInputs::join && sync_batchnorm_)
+    throw std::invalid_argument("DDP: uneven inputs 'join' cannot be used with SyncBatchNorm (a rank without data "
+                                "would skip the statistics all-reduces the others wait in)");
+  Strategy::set_uneven_inputs(policy);
+}
+
+void DdpStrategy::sync_buffers() {
+  if (broadcast_buffers_ && group_->size() > 1) tandem::broadcast_buffers(*group_, *model_, 0, group_->timeout());
 }
 
 StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, PhaseTimes& times) {
@@ -157,6 +194,7 @@ StepOutput DdpStrategy::forward_backward(std::span<const Batch> micro_batches, P
   sync_ = false;
   if (!syncs) return out;
   reducer_->finalize_backward(times);
+  sync_buffers();
   if (zero_) zero_->end_forward_backward(times);
   return out;
 }
@@ -172,6 +210,7 @@ StepOutput DdpStrategy::shadow_backward(PhaseTimes& times) {
   const auto& params = model_->parameters();
   for (size_t i = params.size(); i-- > 0;) reducer_->mark_ready(*params[i]);
   reducer_->finalize_backward(times);
+  sync_buffers();
   if (zero_) zero_->end_forward_backward(times);
   return StepOutput();
 }
@@ -201,7 +240,10 @@ double DdpStrategy::global_loss(double local_loss) {
 bool DdpStrategy::replicas_identical() {
   const int world = group_->size();
   std::vector<int64_t> sums(world);
-  sums[group_->rank()] = static_cast<int64_t>(std::strtoull(parameter_checksum(model()).c_str(), nullptr, 16));
+  // Parameters and, while they are broadcast, buffers (without broadcast they differ by design).
+  uint64_t sum = std::strtoull(parameter_checksum(model()).c_str(), nullptr, 16);
+  if (broadcast_buffers_) sum ^= std::strtoull(buffer_checksum(*model_).c_str(), nullptr, 16) * 31;
+  sums[group_->rank()] = static_cast<int64_t>(sum);
   host_allgather(*group_, cpu_buffer(sums.data(), world), device_, group_->timeout());
   for (int r = 1; r < world; ++r)
     if (sums[r] != sums[0]) return false;

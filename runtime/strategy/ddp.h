@@ -14,6 +14,10 @@
 // bucket by bucket, so every rank issues the same collectives; the others weight their
 // gradients by their share of the step's samples, so the result is the mean over the
 // samples seen. ZeRO and comm hooks are unaffected: they see buckets as usual.
+// Buffers (runtime/module.h) start as rank 0's and, while broadcast_buffers is on (the
+// default), are rank 0's again after every synchronising forward_backward: one coalesced
+// broadcast after the reducer's last bucket. With sync_batchnorm every BatchNorm sums its
+// statistics over the group (the order of these collectives: runtime/strategy/replica_sync.h).
 // With reducer_options.zero_stage = 1 (ZeRO-1, runtime/strategy/zero.h) the optimizer
 // state is sharded: gradients are reduce-scattered, each rank updates its shard and the
 // parameters are all-gathered. After forward_backward only this rank's shard of the
@@ -57,6 +61,13 @@ class DdpStrategy final : public Strategy {
   // The training loss gets this rank's group; evaluation, where every rank runs the whole
   // set, gets one built with a null group (a single process's loss).
   void set_loss(const LossFactory& make_loss) override;
+  // Rank 0's buffers to every rank after each step (default on).
+  void set_broadcast_buffers(bool on) { broadcast_buffers_ = on; }
+  bool broadcast_buffers() const { return broadcast_buffers_; }
+  // SyncBatchNorm over this group (throws under UnevenInputs::join: a rank without data
+  // would skip the statistics all-reduces the others wait in). Returns the layers synced.
+  int set_sync_batchnorm(bool on);
+  void set_uneven_inputs(UnevenInputs policy) override;
   Reducer& reducer() { return *reducer_; }
   ZeroShards* zero() { return zero_.get(); }  // null unless ZeRO
 
@@ -64,6 +75,7 @@ class DdpStrategy final : public Strategy {
   void check_parameters_match();
   StepOutput shadow_backward(PhaseTimes& times);
   void broadcast_parameters();
+  void sync_buffers();  // the per-step buffer broadcast, when on
 
   std::unique_ptr<Model> model_;
   std::shared_ptr<ProcessGroup> group_;
@@ -74,6 +86,8 @@ class DdpStrategy final : public Strategy {
   Device device_;
   Tracer* tracer_;
   bool sync_ = false;
+  bool broadcast_buffers_ = true;
+  bool sync_batchnorm_ = false;
   int64_t steps_seen_ = 0;  // forward_backward calls under an uneven-inputs policy (for its message)
 };
 

@@ -74,6 +74,10 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
                                 " is not built (0: off, 1: shard the optimizer state)");
   if (o.mode != Mode::ddp && o.zero_stage != 0)
     throw std::invalid_argument("parallelize: zero_stage needs Mode::ddp (it shards the state across processes)");
+  if (o.sync_batchnorm && o.mode == Mode::ddp && o.uneven_inputs == UnevenInputs::join)
+    throw std::invalid_argument(
+        "parallelize: sync_batchnorm needs every rank to run every forward; uneven_inputs join lets a rank "
+        "without data skip them (use throw_on_early_termination or drop the sync)");
   set_cpu_threads(o.mode == Mode::dp ? 1 : default_cpu_threads(o.cpu_threads));
   auto build = [&] {
     std::unique_ptr<Model> m = make_model();
@@ -98,6 +102,7 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
       }
       auto s = std::make_unique<DataParallelStrategy>(std::move(models), optimizer, devices, o.loss);
       s->set_metrics(o.metrics);
+      s->set_sync_batchnorm(o.sync_batchnorm, o.timeout);
       return s;
     }
     case Mode::ddp: {
@@ -115,6 +120,8 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
       auto s = std::make_unique<DdpStrategy>(build(), optimizer, o.device, std::move(group), ro, tracer, o.loss);
       s->set_metrics(o.metrics);
       s->set_uneven_inputs(o.uneven_inputs);
+      s->set_broadcast_buffers(o.broadcast_buffers);
+      s->set_sync_batchnorm(o.sync_batchnorm);
       return s;
     }
   }

@@ -64,6 +64,12 @@ struct ParallelOptions {
   // and the evaluation metrics (runtime/layers/metric.h; null: {accuracy}).
   LossFactory loss;
   MetricsFactory metrics;
+  // ddp: rank 0's buffers (BatchNorm's running statistics) broadcast to every rank after
+  // each step's backward, so replicas stay identical (PyTorch's broadcast_buffers=True).
+  bool broadcast_buffers = true;
+  // dp and ddp: every BatchNorm computes its statistics over the global batch, all replicas
+  // together (SyncBatchNorm; runtime/layers/batchnorm.h). Not with uneven_inputs join.
+  bool sync_batchnorm = false;
   // ddp: ranks holding different numbers of batches (UnevenInputs, runtime/strategy/strategy.h).
   UnevenInputs uneven_inputs = UnevenInputs::off;
 };
