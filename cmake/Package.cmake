@@ -15,19 +15,22 @@ set(TANDEM_PUBLIC_HEADERS
   collectives/init.h collectives/process_group.h collectives/health.h collectives/flight_recorder.h
   collectives/fault_injection.h collectives/store.h collectives/types.h collectives/work.h
   runtime/tensor.h runtime/precision.h runtime/module.h runtime/model.h runtime/freeze.h runtime/kernels.h runtime/trace.h
-  runtime/thread_pool.h
+  runtime/thread_pool.h runtime/cross_replica.h
   runtime/layers/activation.h runtime/layers/attention.h runtime/layers/conv2d.h runtime/layers/dropout.h
   runtime/layers/embedding.h runtime/layers/flatten.h runtime/layers/layer_util.h runtime/layers/layernorm.h
   runtime/layers/linear.h runtime/layers/loss.h runtime/layers/metric.h runtime/layers/regression_loss.h runtime/layers/info_nce.h
-  runtime/layers/maxpool2d.h
+  runtime/layers/maxpool2d.h runtime/layers/batchnorm.h runtime/layers/activation_checkpoint.h
+  runtime/layers/global_avg_pool.h
   runtime/layers/tied_linear.h
   runtime/layers/transformer_block.h
   runtime/optim/optimizer.h
   runtime/data/dataset.h runtime/data/loader.h runtime/data/sampler.h runtime/data/text.h
   runtime/checkpoint/checkpoint.h runtime/checkpoint/checkpoint_meta.h runtime/checkpoint/file_io.h
+  runtime/checkpoint/safetensors.h
   runtime/strategy/strategy.h runtime/strategy/single.h runtime/strategy/data_parallel.h runtime/strategy/ddp.h
   runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/strategy/gather.h
-  models/zoo.h models/gpt.h models/generate.h models/summary.h)
+  runtime/strategy/replica_sync.h
+  models/zoo.h models/gpt.h models/resnet.h models/generate.h models/summary.h)
 foreach(h ${TANDEM_PUBLIC_HEADERS})
   get_filename_component(dir ${h} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem/${dir})

@@ -27,6 +27,8 @@ struct RunSummary {
   std::optional<double> final_train_loss;  // null when this run trained no step
   std::optional<double> test_loss, test_accuracy;
   std::string param_checksum;
+  std::string buffer_checksum;  // every buffer (BatchNorm's statistics); of nothing when none
+  bool sync_batchnorm = false, broadcast_buffers = true, activation_checkpointing = false;
   bool replicas_identical = true;
   std::vector<BucketInfo> buckets;
   double peak_rss_mb = 0;                  // this process (rank 0)

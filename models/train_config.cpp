@@ -21,7 +21,8 @@ struct Flags {
   TrainConfig c;
   std::string optimizer = "sgd", mode = "single", device = "cpu", backend = "auto", comm_hook = "none",
               precision = "fp32", grad_reduce_dtype = "fp32";
-  std::vector<CLI::Option*> gpt_flags;
+  std::vector<CLI::Option*> gpt_flags, resnet_flags;
+  CLI::Option* checkpointing = nullptr;
   CLI::Option* hidden = nullptr;
   CLI::Option* grad_reduce = nullptr;
   bool no_progress = false;
@@ -33,9 +34,10 @@ void add_flags(CLI::App& app, Flags& f) {
   const auto names = [](std::initializer_list<std::string> v) { return CLI::IsMember(std::vector<std::string>(v)); };
 
   app.add_option("--model", c.model,
-                 "Model: mlp (784-H-H-10), cnn (2 conv blocks, 170k params) or gpt (GPT-2 style "
-                 "character-level transformer; needs --data shakespeare or text:PATH)")
-      ->check(names({"mlp", "cnn", "gpt"}));
+                 "Model: mlp (784-H-H-10), cnn (2 conv blocks, 170k params), resnet (residual network with "
+                 "BatchNorm, ResNet-20 style; --depth, --width) or gpt (GPT-2 style character-level transformer; "
+                 "needs --data shakespeare or text:PATH)")
+      ->check(names({"mlp", "cnn", "resnet", "gpt"}));
   f.hidden = app.add_option("--hidden", c.hidden, "Hidden width of the mlp");
   f.gpt_flags = {
       app.add_option("--n-layer", c.n_layer, "gpt: transformer blocks"),
@@ -49,6 +51,12 @@ void add_flags(CLI::App& app, Flags& f) {
                      "gpt: print N characters sampled from --resume's checkpoint instead of training"),
       app.add_option("--temperature", c.temperature, "gpt --sample: softmax temperature"),
       app.add_option("--prompt", c.prompt, "gpt --sample: text the sample continues")->default_str("\\n")};
+  f.resnet_flags = {
+      app.add_option("--depth", c.depth, "resnet: layers, 6n + 2 (n basic blocks in each of 3 stages): 8, 14, 20, ..."),
+      app.add_option("--width", c.width, "resnet: channels of the first stage (doubled at each of the next two)")};
+  f.checkpointing = app.add_flag("--activation-checkpointing", c.activation_checkpointing,
+                                 "gpt (per block), resnet (per stage): keep only each one's input in forward and "
+                                 "recompute its activations in backward (less memory, one more forward)");
   app.add_option("--data", c.data,
                  "Data set: fashion-mnist, synthetic (images), shakespeare (tiny Shakespeare, shipped in the "
                  "repository, its sha256 checked) or text:PATH (any text file; byte-level vocabulary; "
@@ -100,6 +108,12 @@ void add_flags(CLI::App& app, Flags& f) {
                           ->check(names({"fp32", "bf16"}));
   app.add_flag("--find-unused-parameters", c.find_unused_parameters,
                "DDP: parameters without a gradient in a step count as zero (else that step fails)");
+  app.add_flag("--sync-bn", c.sync_bn,
+               "dp, ddp: SyncBatchNorm - BatchNorm statistics over the global batch (all replicas), not each "
+               "replica's share");
+  app.add_flag("--no-broadcast-buffers", c.no_broadcast_buffers,
+               "DDP: keep each rank's own buffers (BatchNorm running statistics) instead of rank 0's after every "
+               "step");
   app.add_option("--zero", c.zero,
                  "DDP: ZeRO stage. 1 shards the optimizer state across the ranks (gradients reduce-scattered, "
                  "each rank updates its shard, parameters all-gathered); 0 off");
@@ -143,6 +157,17 @@ void type_and_check(Flags& f) {
   for (CLI::Option* o : f.gpt_flags)
     require(gpt || o->count() == 0, o->get_name() + " is a flag of --model gpt, not of --model " + c.model);
   require(!gpt || f.hidden->count() == 0, "--hidden is a flag of --model mlp, not of --model gpt");
+  const bool resnet = c.model == "resnet";
+  for (CLI::Option* o : f.resnet_flags)
+    require(resnet || o->count() == 0, o->get_name() + " is a flag of --model resnet, not of --model " + c.model);
+  require(!resnet || f.hidden->count() == 0, "--hidden is a flag of --model mlp, not of --model resnet");
+  require(gpt || resnet || !c.activation_checkpointing,
+          "--activation-checkpointing needs --model gpt or --model resnet, got --model " + c.model);
+  if (resnet) {
+    require(c.depth >= 8 && (c.depth - 2) % 6 == 0,
+            "--depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got " + std::to_string(c.depth));
+    require(c.width > 0, "--width must be positive, got " + std::to_string(c.width));
+  }
   // --sample reads its model and vocabulary from the checkpoint: it needs no --data.
   require(gpt == text_data(c) || (gpt && c.sample > 0),
           gpt ? "--model gpt needs --data shakespeare or --data text:PATH, got --data " + c.data
@@ -202,6 +227,7 @@ void type_and_check(Flags& f) {
   require(ddp || !hooked, "--comm-hook needs --mode ddp");
   require(ddp || c.backend == Backend::automatic, "--backend needs --mode ddp");
   require(ddp || !c.find_unused_parameters, "--find-unused-parameters needs --mode ddp");
+  require(ddp || !c.no_broadcast_buffers, "--no-broadcast-buffers needs --mode ddp");
   require(c.zero == 0 || c.zero == 1, "--zero " + std::to_string(c.zero) +
                                           " is not built: 0 (off) or 1 (shard the optimizer state)");
   if (c.zero > 0) {

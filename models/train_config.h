@@ -29,6 +29,10 @@ struct TrainConfig {
   // gpt
   int64_t n_layer = 4, n_head = 4, n_embd = 128, context = 64;
   float dropout = 0.0f;
+  // resnet (models/resnet.h)
+  int64_t depth = 20, width = 16;
+  // gpt (per block) and resnet (per stage): recompute activations in backward
+  bool activation_checkpointing = false;
   std::string data = "fashion-mnist";  // fashion-mnist | synthetic | shakespeare | text:PATH
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t synthetic_train = 60000, synthetic_test = 10000;
@@ -63,6 +67,8 @@ struct TrainConfig {
   Precision precision = Precision::fp32;  // --precision fp32 | bf16
   // --grad-reduce-dtype fp32 | bf16 is folded into comm_hook (bf16: CommHookKind::bf16)
   bool find_unused_parameters = false;
+  bool sync_bn = false;                // dp, ddp: SyncBatchNorm (statistics over the global batch)
+  bool no_broadcast_buffers = false;  // ddp: keep each rank's own buffers (no per-step broadcast)
   int zero = 0;  // ZeRO stage (docs/zero.md): 1 shards the optimizer state across DDP ranks
   // checkpoints
   std::string checkpoint_dir;

@@ -101,11 +101,13 @@ ModelConfig model_config(const TrainConfig& c, const TrainData& data) {
     mc.in_channels = mc.height = mc.width = 0;
     mc.classes = data.text->vocab_size();
     mc.gpt = GptConfig{data.text->vocab_size(), c.n_layer, c.n_head, c.n_embd, c.context, c.dropout};
+    mc.gpt.activation_checkpointing = c.activation_checkpointing;
   } else {
     mc.in_channels = data.train->channels;
     mc.height = data.train->height;
     mc.width = data.train->width;
     mc.classes = data.train->classes;
+    mc.resnet = ResNetConfig{c.depth, c.width, c.activation_checkpointing};
   }
   return mc;
 }
@@ -137,6 +139,8 @@ ParallelOptions parallel_options(const TrainConfig& c, Device device, int thread
   po.precision = c.precision;
   po.cpu_threads = threads;
   po.zero_stage = c.zero;
+  po.sync_batchnorm = c.sync_bn;
+  po.broadcast_buffers = !c.no_broadcast_buffers;
   return po;
 }
 

@@ -283,6 +283,10 @@ RunSummary Trainer::summary() const {
     s.test_accuracy = last_eval_->metric("accuracy");
   }
   s.param_checksum = parameter_checksum(st.model());
+  s.buffer_checksum = buffer_checksum(st.model());
+  s.sync_batchnorm = c_.sync_bn;
+  s.broadcast_buffers = !c_.no_broadcast_buffers;
+  s.activation_checkpointing = c_.activation_checkpointing;
   s.replicas_identical = st.replicas_identical();
   s.buckets = st.buckets();
   s.peak_rss_mb = peak_rss_mb();

@@ -12,7 +12,7 @@
 namespace tandem {
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"mlp", "cnn", "gpt"};
+  static const std::vector<std::string> names = {"mlp", "cnn", "resnet", "gpt"};
   return names;
 }
 
@@ -50,12 +50,15 @@ std::unique_ptr<Model> build_model(const ModelConfig& config, uint64_t seed) {
     m = build_mlp(config);
   } else if (config.name == "cnn") {
     m = build_cnn(config);
+  } else if (config.name == "resnet") {
+    // Initialised by build_resnet (torchvision's scheme, not the layers' defaults).
+    return build_resnet(config.resnet, config.in_channels, config.height, config.width, config.classes, seed);
   } else if (config.name == "gpt") {
     GptConfig g = config.gpt;
     g.vocab_size = config.classes;
     return std::make_unique<GptModel>(g, seed);  // initialised by its constructor
   } else {
-    throw std::invalid_argument("unknown model '" + config.name + "' (expected mlp, cnn or gpt)");
+    throw std::invalid_argument("unknown model '" + config.name + "' (expected mlp, cnn, resnet or gpt)");
   }
   m->reset_parameters(seed);
   return m;

@@ -5,6 +5,8 @@
 //   Tensor, Device, DType                          runtime/tensor.h
 //   Module (your own layer), Parameter, Model      runtime/module.h, runtime/model.h
 //   layers: Linear, ReLU, GELU, LayerNorm, ...     runtime/layers/
+//   BatchNorm (Sync over replicas), buffers        runtime/layers/batchnorm.h, runtime/module.h
+//   ActivationCheckpoint (recompute in backward)   runtime/layers/activation_checkpoint.h
 //   kernels_for(device): the ops a layer calls     runtime/kernels.h
 //   Dataset, DataLoader, TextDataset, Batch        runtime/data/
 //   Optimizer (SGD, AdamW), LrSchedule             runtime/optim/optimizer.h
@@ -12,7 +14,7 @@
 //   the process group, from the environment       collectives/init.h
 //   checkpoints: save, resume                      runtime/checkpoint/checkpoint.h
 //   Tracer, RunSummary                             runtime/trace.h, models/summary.h
-//   the zoo: mlp, cnn, gpt                         models/zoo.h, models/gpt.h
+//   the zoo: mlp, cnn, resnet, gpt                 models/zoo.h, models/resnet.h, models/gpt.h
 // Everything is in namespace tandem.
 #pragma once
 
@@ -24,6 +26,9 @@
 #include "runtime/freeze.h"
 #include "runtime/kernels.h"
 #include "runtime/layers/activation.h"
+#include "runtime/layers/activation_checkpoint.h"
+#include "runtime/layers/batchnorm.h"
+#include "runtime/layers/global_avg_pool.h"
 #include "runtime/layers/attention.h"
 #include "runtime/layers/conv2d.h"
 #include "runtime/layers/dropout.h"
@@ -52,5 +57,6 @@
 #include "collectives/process_group.h"
 #include "models/zoo.h"
 #include "models/gpt.h"
+#include "models/resnet.h"
 #include "models/generate.h"
 #include "models/summary.h"

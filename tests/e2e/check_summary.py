@@ -8,7 +8,8 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "global_batch", "samples_per_s", "step_ms", "forward_ms", "backward_ms", "comm_ms",
         "exposed_comm_ms", "optimizer_ms", "final_train_loss", "test_loss", "test_accuracy",
         "param_checksum", "replicas_identical", "buckets", "precision", "grad_reduce_dtype", "bf16_gemm",
-        "zero", "optimizer_state_mb_per_rank"]
+        "zero", "optimizer_state_mb_per_rank", "buffer_checksum", "sync_batchnorm", "broadcast_buffers",
+        "activation_checkpointing"]
 
 
 def fail(msg):
@@ -22,6 +23,7 @@ def main():
     p.add_argument("--min-accuracy", type=float)
     p.add_argument("--same-checksum")
     p.add_argument("--other-checksum")
+    p.add_argument("--same-buffers", metavar="SUMMARY", help="buffer_checksum equals SUMMARY's")
     p.add_argument("--mode")
     p.add_argument("--steps", type=int)
     # mixed precision (docs/precision.md); --bf16-gemm none: the key is null (fp32 runs)
@@ -76,6 +78,10 @@ def main():
         other = json.load(open(a.same_checksum))["param_checksum"]
         if other != s["param_checksum"]:
             fail(f"checksum {s['param_checksum']} != {other} (same seed must give identical parameters)")
+    if a.same_buffers:
+        other = json.load(open(a.same_buffers))["buffer_checksum"]
+        if other != s["buffer_checksum"]:
+            fail(f"buffer_checksum {s['buffer_checksum']} != {other} ({a.same_buffers})")
     if a.other_checksum:
         other = json.load(open(a.other_checksum))["param_checksum"]
         if other == s["param_checksum"]:

@@ -3,8 +3,8 @@ source "$(dirname "$0")/lib.sh"
 T="$BIN/tandem-train"
 expect 2 "--batch-size" -- "$T" --batch-size -5
 expect 2 "--batch-size" -- "$T" --batch-size 0
-expect 2 "--model" -- "$T" --model resnet
-expect 2 "mlp" -- "$T" --model resnet
+expect 2 "--model" -- "$T" --model vgg
+expect 2 "mlp" -- "$T" --model vgg
 expect 2 "--bogus" -- "$T" --bogus
 expect 2 "--epochs" -- "$T" --epochs 0
 expect 2 "--lr" -- "$T" --lr -1
