@@ -93,6 +93,23 @@ std::unique_ptr<tandem::Model> make_model(uint64_t seed) {
 }
 // [end]
 
+// [snippet: batchnorm-model]
+// BatchNorm keeps buffers (bn.running_mean, bn.running_var, bn.num_batches_tracked): saved
+// in checkpoints, kept equal across replicas, never trained. ActivationCheckpoint recomputes
+// the block's activations in backward instead of keeping them; names stay block.up.weight.
+std::unique_ptr<tandem::Model> make_bn_model(uint64_t seed) {
+  auto m = std::make_unique<tandem::Model>();
+  m->add("conv", std::make_unique<tandem::Conv2d>(1, 8, 3, /*stride=*/1, /*padding=*/1, /*bias=*/false));
+  m->add("bn", std::make_unique<tandem::BatchNorm>(tandem::BatchNormKind::d2, 8));
+  m->add("relu", std::make_unique<tandem::ReLU>());
+  m->add("pool", std::make_unique<tandem::GlobalAvgPool>());  // (N, 8, H, W) -> (N, 8)
+  m->add("block", std::make_unique<tandem::ActivationCheckpoint>(std::make_unique<Residual>(8)));
+  m->add("fc", std::make_unique<tandem::Linear>(8, 10));
+  m->reset_parameters(seed);
+  return m;
+}
+// [end]
+
 // [snippet: batch-source]
 // A data source of your own: any BatchSource. Here, batches built in memory; position()
 // and seek() let a resumed run continue where it stopped.
@@ -461,4 +478,31 @@ TEST(Api, FineTuneLoadsWeightsByNameAndFreezesTheBody) {
   other->add("fc_in", std::make_unique<tandem::Linear>(28 * 28, 32));
   EXPECT_THROW(tandem::load_weights(pretrained_dir, *other), tandem::WeightsMismatch);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Api, SyncBatchNormInDataParallelEqualsOneProcessOnTheWholeBatch) {
+  tandem::set_cpu_threads(1);
+  auto train = std::make_shared<const tandem::Dataset>(tandem::make_synthetic(256, 7, true));
+  tandem::OptimizerConfig optimizer;
+  optimizer.momentum = 0.9f;
+  tandem::ParallelOptions single_options;
+  auto single = tandem::parallelize([] { return make_bn_model(0); }, optimizer, single_options);
+  // [snippet: sync-bn]
+  tandem::ParallelOptions options;
+  options.mode = tandem::Mode::dp;
+  options.devices = 2;
+  options.sync_batchnorm = true;  // BatchNorm statistics over the global batch (in DDP: over every rank)
+  auto strategy = tandem::parallelize([] { return make_bn_model(0); }, optimizer, options);
+  // [end]
+  auto a = tandem::training_batches(train, 32, *single, 0);
+  auto b = tandem::training_batches(train, 16, *strategy, 0);
+  for (int step = 0; step < 4; ++step) {
+    const double la = single->forward_backward(*a->next()).loss(), lb = strategy->forward_backward(*b->next()).loss();
+    EXPECT_NEAR(la, lb, 1e-5 * std::fabs(la)) << "step " << step;
+    single->step(0.05f);
+    strategy->step(0.05f);
+  }
+  const auto ma = single->model().find_buffer("bn.running_mean")->value.to_vector();
+  const auto mb = strategy->model().find_buffer("bn.running_mean")->value.to_vector();
+  for (size_t i = 0; i < ma.size(); ++i) EXPECT_NEAR(ma[i], mb[i], 1e-5 * (std::fabs(ma[i]) + 1e-3)) << i;
 }

@@ -6,7 +6,8 @@
 #  2. a resumed run is bit-identical to an uninterrupted one, parameters and buffers, in
 #     single, dp --sync-bn and ddp --sync-bn;
 #  3. --activation-checkpointing gives bit-identical parameters and buffers (resnet per
-#     stage, single and DDP; gpt per block with dropout);
+#     stage, single and DDP; gpt per block with dropout), and DDP's buckets still start
+#     before backward ends (the trace of a checkpointed GPT under DDP(2));
 #  4. usage errors exit 2 naming the flag.
 source "$(dirname "$0")/lib.sh"
 T="$BIN/tandem-train"
@@ -60,6 +61,28 @@ GPT=(--model gpt --data shakespeare --n-layer 2 --n-head 2 --n-embd 32 --context
 expect 0 "done:" -- "$T" "${GPT[@]}" --summary-json "$TMP/gpt.json"
 expect 0 "done:" -- "$T" "${GPT[@]}" --activation-checkpointing --summary-json "$TMP/gpt_ac.json"
 expect 0 "summary ok" -- python3 "$CHECK" "$TMP/gpt_ac.json" --same-checksum "$TMP/gpt.json"
+
+# The reducer still overlaps under checkpointing: in every step after the first, a bucket's
+# all-reduce starts before the step's last backward span (a recomputed block) begins.
+expect 0 "done:" -- "$RUN" --nproc-per-node 2 --master-port 0 -- "$T" "${GPT[@]}" --mode ddp --backend shm \
+  --activation-checkpointing --bucket-cap-mb 0.01 --trace "$TMP/gpt_ac_trace.json"
+expect 0 "overlaps" -- python3 - "$TMP/gpt_ac_trace.rank0.json" <<'PY'
+import json, sys
+events = sorted((e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"), key=lambda e: e["ts"])
+steps, current = [], []
+for e in events:
+    if e["name"] == "optimizer step":
+        steps.append(current)
+        current = []
+    else:
+        current.append(e)
+assert len(steps) == 4, f"{len(steps)} optimizer steps traced"
+for i, step in enumerate(steps[1:], 1):
+    first_bucket = min(e["ts"] for e in step if e["name"].startswith("allreduce bucket"))
+    last_backward = max(e["ts"] for e in step if e["name"].startswith("backward blocks."))
+    assert first_bucket < last_backward, f"step {i}: the first bucket starts after the last block's backward"
+print("the reducer overlaps with checkpointed backward")
+PY
 
 # 4. Usage errors.
 expect 2 "--depth must be 6n + 2" -- "$T" "${COMMON[@]}" --depth 9
