@@ -16,11 +16,9 @@ does; by hand, 2 ranks (Debian's torch.distributed.run 1.13 fails on Python 3.11
 --batch-size is per rank; tokens/s is global. Each rank draws its own windows.
 """
 import argparse
-import ctypes
 import json
 import math
 import os
-import re
 import resource
 import struct
 import sys
@@ -218,31 +216,7 @@ def read_safetensors(path):
 
 # ---- threads and OpenBLAS ---------------------------------------------------------
 
-def _openblas(symbol):
-    """A function of the OpenBLAS this process loaded (through torch), or None."""
-    for path in sorted(set(re.findall(r"\S*libopenblas\S*\.so\S*", open("/proc/self/maps").read()))):
-        try:
-            return getattr(ctypes.CDLL(path), symbol)
-        except (OSError, AttributeError):
-            pass
-    return None
-
-
-def openblas_core():
-    """The kernels OpenBLAS runs ("Haswell", "Prescott", ...)."""
-    f = _openblas("openblas_get_corename")
-    if f is None:
-        return "none"
-    f.restype = ctypes.c_char_p
-    return f().decode()
-
-
-def set_threads(n):
-    """torch.set_num_threads does not reach Debian's OpenBLAS thread pool; set both."""
-    torch.set_num_threads(n)
-    f = _openblas("openblas_set_num_threads")
-    if f is not None:
-        f(ctypes.c_int(n))
+from torch_threads import openblas_core, set_threads  # noqa: E402  (shared with the other peer)
 
 
 # ---- reference dump ------------------------------------------------------------------

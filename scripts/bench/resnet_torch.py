@@ -18,11 +18,9 @@ as Tandem names its parameters and buffers (conv1, bn1, layer1.0.conv1, layer2.0
 Run it with /usr/bin/python3 (Debian's python3-torch), from the repository root.
 """
 import argparse
-import ctypes
 import gzip
 import json
 import os
-import re
 import resource
 import struct
 import sys
@@ -156,29 +154,7 @@ def fashion_mnist_test(data_dir):
 
 # ---- threads and OpenBLAS (as gpt_torch.py) -------------------------------------------
 
-def _openblas(symbol):
-    for path in sorted(set(re.findall(r"\S*libopenblas\S*\.so\S*", open("/proc/self/maps").read()))):
-        try:
-            return getattr(ctypes.CDLL(path), symbol)
-        except (OSError, AttributeError):
-            pass
-    return None
-
-
-def openblas_core():
-    f = _openblas("openblas_get_corename")
-    if f is None:
-        return "none"
-    f.restype = ctypes.c_char_p
-    return f().decode()
-
-
-def set_threads(n):
-    """torch.set_num_threads does not reach Debian's OpenBLAS thread pool; set both."""
-    torch.set_num_threads(n)
-    f = _openblas("openblas_set_num_threads")
-    if f is not None:
-        f(ctypes.c_int(n))
+from torch_threads import openblas_core, set_threads  # noqa: E402  (shared with the other peer)
 
 
 # ---- the two uses --------------------------------------------------------------------

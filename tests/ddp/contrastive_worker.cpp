@@ -62,16 +62,7 @@ Batch batch_of(const std::vector<float>& all, int64_t first, int64_t rows) {
   return b;
 }
 
-// max|a - b| / max|b| (floor 1e-6) over one tensor pair.
-double relative(const Tensor& a, const Tensor& b) {
-  const std::vector<float> va = a.to_vector(), vb = b.to_vector();
-  double scale = 1e-6, diff = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(vb[i])));
-    diff = std::max(diff, static_cast<double>(std::fabs(va[i] - vb[i])));
-  }
-  return diff / scale;
-}
+using tandem::testing::relative_difference;
 
 void equals_single(const std::shared_ptr<ProcessGroup>& pg, bool symmetric) {
   const int world = pg->size(), rank = pg->rank();
@@ -107,7 +98,7 @@ void equals_single(const std::shared_ptr<ProcessGroup>& pg, bool symmetric) {
     const auto& dp = ddp->model().parameters();
     const auto& sp = single->model().parameters();
     for (size_t i = 0; i < dp.size(); ++i) {
-      const double e = relative(dp[i]->grad, sp[i]->grad);
+      const double e = relative_difference(dp[i]->grad, sp[i]->grad);
       worst_grad = std::max(worst_grad, e);
       check(e <= 1e-5, std::string(form) + " step " + std::to_string(step) + ": " + dp[i]->name +
                            " gradient relative error " + std::to_string(e) + " on rank " + std::to_string(g_rank));

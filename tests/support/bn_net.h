@@ -17,6 +17,7 @@
 #include "runtime/layers/flatten.h"
 #include "runtime/layers/linear.h"
 #include "runtime/model.h"
+#include "tests/support/compare.h"
 
 namespace tandem::testing {
 
@@ -54,15 +55,7 @@ inline Batch bn_batch(int64_t step, int64_t first, int64_t rows) {
   return b;
 }
 
-// max|a - b| / max|b| (floor 1e-6) over one f32 tensor pair.
-inline double relative_error(const Tensor& a, const Tensor& b) {
-  const std::vector<float> va = a.to_vector(), vb = b.to_vector();
-  double scale = 1e-6, diff = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(vb[i])));
-    diff = std::max(diff, static_cast<double>(std::fabs(va[i] - vb[i])));
-  }
-  return diff / scale;
-}
+// Gradients and statistics are compared as compare.h's relative_difference.
+inline double relative_error(const Tensor& a, const Tensor& b) { return relative_difference(a, b); }
 
 }  // namespace tandem::testing

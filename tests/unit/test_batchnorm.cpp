@@ -26,12 +26,15 @@
 
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/layers/batchnorm.h"
+#include "tests/support/finite_differences.h"
 
 using namespace tandem;
 
 namespace {
 
-constexpr double kEps = 1e-2, kAtol = 1e-3, kRtol = 1e-2;  // the finite differences'
+using tandem::testing::randn;
+using tandem::testing::random_tensor;
+using tandem::testing::relative_error;
 
 std::map<std::string, Tensor> read_reference() {
   const std::string path = std::string(TANDEM_TEST_DATA_DIR) + "/batchnorm_reference.safetensors";
@@ -42,32 +45,9 @@ std::map<std::string, Tensor> read_reference() {
   return tensors;
 }
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f, float offset = 0.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(offset, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-Tensor random_tensor(const Shape& shape, uint32_t seed, float scale = 1.f, float offset = 0.f) {
-  return Tensor::from_vector(randn(static_cast<size_t>(shape_numel(shape)), seed, scale, offset), shape);
-}
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 1e-12, diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-  }
-  return diff / scale;
-}
-
 int64_t tracked(BatchNorm& bn) { return bn.buffers()[2]->value.data<int64_t>()[0]; }
 
-void zero_grads(BatchNorm& bn) {
-  for (Parameter* p : bn.parameters()) std::fill(p->grad.f32(), p->grad.f32() + p->grad.numel(), 0.f);
-}
+void zero_grads(BatchNorm& bn) { tandem::testing::zero_grads(bn.parameters()); }
 
 // Weight and bias away from 1 and 0, so that their gradients and dx's scaling show.
 void randomise_affine(BatchNorm& bn, uint32_t seed) {
@@ -77,42 +57,15 @@ void randomise_affine(BatchNorm& bn, uint32_t seed) {
   }
 }
 
-// d(sum(bn(x) * r))/dx and /d(checked params) against backward(r), by central differences.
+// d(sum(bn(x) * r))/dx and /d(checked params) against backward(r), by central differences
+// (tests/support/finite_differences.h); without the input gradient, none may come back.
 void gradcheck(BatchNorm& bn, Tensor x, uint32_t seed, const std::vector<Parameter*>& checked,
                bool check_input = true) {
-  const Tensor y0 = bn.forward(x);
-  const std::vector<float> r = randn(static_cast<size_t>(y0.numel()), seed);
-  zero_grads(bn);
-  const Tensor dx = bn.backward(Tensor::from_vector(r, y0.shape()));
-  auto loss = [&] {
-    const std::vector<float> y = bn.forward(x).to_vector();
-    double s = 0;
-    for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(y[i]) * r[i];
-    return s;
-  };
-  auto check = [&](float* data, const std::vector<float>& analytic, const std::string& what) {
-    for (size_t i = 0; i < analytic.size(); ++i) {
-      const float saved = data[i];
-      const float hi = static_cast<float>(saved + kEps), lo = static_cast<float>(saved - kEps);
-      data[i] = hi;
-      const double lp = loss();
-      data[i] = lo;
-      const double lm = loss();
-      data[i] = saved;
-      const double numeric = (lp - lm) / (static_cast<double>(hi) - lo);
-      ASSERT_NEAR(numeric, analytic[i], kAtol + kRtol * std::fabs(analytic[i])) << what << "[" << i << "]";
-    }
-  };
-  std::map<std::string, std::vector<float>> grads;
-  for (Parameter* p : checked) grads[p->name] = p->grad.to_vector();
-  if (check_input) {
-    ASSERT_TRUE(dx.defined());
-    ASSERT_EQ(dx.shape(), x.shape());
-    check(x.f32(), dx.to_vector(), "input");
-  } else {
-    EXPECT_FALSE(dx.defined());
-  }
-  for (Parameter* p : checked) check(p->value.f32(), grads[p->name], p->name);
+  zero_grads(bn);  // the unchecked (frozen) ones too: they must stay 0
+  const Tensor dx = tandem::testing::gradcheck([&](const Tensor& t) { return bn.forward(t); },
+                                               [&](const Tensor& d) { return bn.backward(d); }, checked, x, seed,
+                                               check_input);
+  if (!check_input) EXPECT_FALSE(dx.defined());
 }
 
 // A stand-in for R identical replicas: every replica holds this one's values, so the sum

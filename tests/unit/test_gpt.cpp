@@ -6,6 +6,8 @@
 // within 1e-3, and the losses of 10 AdamW steps within 1e-4.
 #include <gtest/gtest.h>
 
+#include "tests/support/finite_differences.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,14 +43,7 @@ Batch tokens(int64_t step, int64_t rows, int64_t t, int32_t vocab) {
   return b;
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 1e-12, diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-  }
-  return diff / scale;
-}
+using tandem::testing::relative_error;
 
 }  // namespace
 

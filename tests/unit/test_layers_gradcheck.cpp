@@ -18,6 +18,8 @@
 //    indexing or formula error shows up as an O(1) relative mismatch.
 #include <gtest/gtest.h>
 
+#include "tests/support/finite_differences.h"
+
 #include <cmath>
 #include <functional>
 #include <map>
@@ -39,61 +41,13 @@
 namespace tandem {
 namespace {
 
-constexpr double kEps = 1e-2, kAtol = 1e-3, kRtol = 1e-2;
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  return Tensor::from_vector(randn(shape_numel(shape), seed), shape);
-}
-
-void zero_grads(const std::vector<Parameter*>& params) {
-  for (Parameter* p : params) std::fill(p->grad.f32(), p->grad.f32() + p->grad.numel(), 0.f);
-}
-
-// Checks d(sum(fwd(x) * r))/dx against `bwd`, and the gradients `bwd` added into params.
-void gradcheck(const std::function<Tensor(const Tensor&)>& fwd,
-               const std::function<Tensor(const Tensor&)>& bwd, const std::vector<Parameter*>& params,
-               Tensor x, uint32_t seed, bool check_input = true) {
-  const Tensor y0 = fwd(x);
-  const std::vector<float> r = randn(static_cast<size_t>(y0.numel()), seed);
-  zero_grads(params);
-  const Tensor dx = bwd(Tensor::from_vector(r, y0.shape()));
-  auto loss = [&] {
-    const std::vector<float> y = fwd(x).to_vector();
-    double s = 0;
-    for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(y[i]) * r[i];
-    return s;
-  };
-  auto check = [&](float* data, const std::vector<float>& analytic, const std::string& what) {
-    for (size_t i = 0; i < analytic.size(); ++i) {
-      const float saved = data[i];
-      const float hi = static_cast<float>(saved + kEps), lo = static_cast<float>(saved - kEps);
-      data[i] = hi;
-      const double lp = loss();
-      data[i] = lo;
-      const double lm = loss();
-      data[i] = saved;
-      const double numeric = (lp - lm) / (static_cast<double>(hi) - lo);
-      ASSERT_NEAR(numeric, analytic[i], kAtol + kRtol * std::fabs(analytic[i]))
-          << what << "[" << i << "]";
-    }
-  };
-  std::map<std::string, std::vector<float>> grads;
-  for (Parameter* p : params) grads[p->name] = p->grad.to_vector();
-  if (check_input) {
-    ASSERT_TRUE(dx.defined());
-    ASSERT_EQ(dx.shape(), x.shape());
-    check(x.f32(), dx.to_vector(), "input");
-  }
-  for (Parameter* p : params) check(p->value.f32(), grads[p->name], p->name);
-}
+using testing::gradcheck;
+using testing::randn;
+using testing::random_tensor;
+using testing::zero_grads;
+using testing::kAtol;
+using testing::kEps;
+using testing::kRtol;
 
 void gradcheck(Module& m, const Tensor& x, uint32_t seed) {
   m.set_prefix(m.kind());
