@@ -66,10 +66,6 @@ class Kernels {
   // dst (B, A, inner) = src (A, B, inner) with the two leading axes swapped; dst != src.
   // Conv2d's permutes between (OC, N, OH*OW) GEMM layout and NCHW.
   virtual void swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner) = 0;
-  // wt (C, OC, K, K) = w (OC, C, K, K) with the two channel axes swapped and each K x K
-  // window turned by 180 degrees: the weight of the convolution that computes a stride-1
-  // convolution's input gradient from its output gradient (Conv2d's backward).
-  virtual void conv_weight_flip(float* wt, const float* w, int64_t oc, int64_t c, int64_t k) = 0;
   // x (planes,H,W) -> y (planes,OH,OW); argmax holds the flat h*W+w index of each max.
   virtual void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h,
                                int64_t w, int64_t k, int64_t stride, int64_t oh, int64_t ow) = 0;

@@ -72,7 +72,6 @@ class CpuKernels final : public Kernels {
                           int64_t kh, int64_t kw, int64_t stride, int64_t pad, int64_t oh,
                           int64_t ow) override;
   void swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner) override;
-  void conv_weight_flip(float* wt, const float* w, int64_t oc, int64_t c, int64_t k) override;
   void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w,
                        int64_t k, int64_t stride, int64_t oh, int64_t ow) override;
   void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t planes, int64_t h,

@@ -115,17 +115,6 @@ void CpuKernels::swap_leading(float* __restrict dst, const float* __restrict src
     }
 }
 
-void CpuKernels::conv_weight_flip(float* __restrict wt, const float* __restrict w, int64_t oc, int64_t c,
-                                  int64_t k) {
-  const int64_t kk = k * k;
-  for (int64_t o = 0; o < oc; ++o)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const float* __restrict src = w + (o * c + ch) * kk;
-      float* __restrict dst = wt + (ch * oc + o) * kk;
-      for (int64_t t = 0; t < kk; ++t) dst[t] = src[kk - 1 - t];
-    }
-}
-
 namespace {
 
 // One plane; K > 0 fixes the window size at compile time (fully unrolled), K == 0 reads k.

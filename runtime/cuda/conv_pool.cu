@@ -62,16 +62,6 @@ __global__ void swap_leading_kernel(float* __restrict__ dst, const float* __rest
   }
 }
 
-// wt (C, OC, K*K) <- w (OC, C, K*K) reversed within each window, one thread per element.
-__global__ void conv_weight_flip_kernel(float* __restrict__ wt, const float* __restrict__ w, int64_t oc, int64_t c,
-                                        int64_t kk) {
-  TANDEM_GRID_STRIDE_LOOP(idx, oc * c * kk) {
-    const int64_t t = idx % kk, co = idx / kk;  // co = ch*oc + o
-    const int64_t o = co % oc, ch = co / oc;
-    wt[idx] = w[(o * c + ch) * kk + kk - 1 - t];
-  }
-}
-
 // --- max pooling -----------------------------------------------------------------------
 // y, argmax (planes, OH, OW) <- x (planes, H, W)
 __global__ void maxpool_forward_kernel(float* __restrict__ y, int32_t* __restrict__ argmax,
@@ -149,13 +139,6 @@ void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int6
   col2im_acc_kernel<<<blocks_for(total), kThreads, 0, stream>>>(img, col, n, c, h, w, kh, kw, stride, pad, oh,
                                                                  ow);
   TANDEM_CUDA_CHECK_LAUNCH(col2im_acc_kernel);
-}
-
-void conv_weight_flip(float* wt, const float* w, int64_t oc, int64_t c, int64_t k, cudaStream_t stream) {
-  const int64_t total = oc * c * k * k;
-  if (total <= 0) return;
-  conv_weight_flip_kernel<<<blocks_for(total), kThreads, 0, stream>>>(wt, w, oc, c, k * k);
-  TANDEM_CUDA_CHECK_LAUNCH(conv_weight_flip_kernel);
 }
 
 void swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner, cudaStream_t stream) {

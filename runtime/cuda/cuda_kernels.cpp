@@ -225,11 +225,6 @@ void CudaKernels::col2im_batched_acc(float* img, const float* col, int64_t n, in
   launch::col2im_batched_acc(img, col, n, c, h, w, kh, kw, stride, pad, oh, ow, ctx_.stream);
 }
 
-void CudaKernels::conv_weight_flip(float* wt, const float* w, int64_t oc, int64_t c, int64_t k) {
-  ensure_current(ctx_.device);
-  launch::conv_weight_flip(wt, w, oc, c, k, ctx_.stream);
-}
-
 void CudaKernels::swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner) {
   ensure_current(ctx_.device);
   launch::swap_leading(dst, src, a, b, inner, ctx_.stream);

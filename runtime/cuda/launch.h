@@ -7,7 +7,7 @@
 // Which file holds what (forward and backward of a layer side by side, as llm.c):
 //   elementwise.cu   fill, scale, axpy, mul, bias adds, relu, gelu, dropout, f16/bf16
 //   reduce.cu        sum_rows_acc, sum_channels_acc, sum (double), count_correct
-//   conv_pool.cu     im2col / col2im_acc (per image and batched), swap_leading, conv_weight_flip,
+//   conv_pool.cu     im2col / col2im_acc (per image and batched), swap_leading,
 //                    maxpool forward / backward
 //   norm_loss.cu     layernorm forward / backward, softmax cross-entropy forward / backward
 //                    MSE and BCE-with-logits forward / backward
@@ -77,7 +77,6 @@ void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t 
 void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
                         int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow, cudaStream_t stream);
 void swap_leading(float* dst, const float* src, int64_t a, int64_t b, int64_t inner, cudaStream_t stream);
-void conv_weight_flip(float* wt, const float* w, int64_t oc, int64_t c, int64_t k, cudaStream_t stream);
 void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t planes, int64_t h, int64_t w, int64_t k,
                      int64_t stride, int64_t oh, int64_t ow, cudaStream_t stream);
 void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t planes, int64_t h, int64_t w,

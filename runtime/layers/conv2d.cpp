@@ -102,23 +102,10 @@ Tensor Conv2d::backward(const Tensor& dy) {
   float* dw = weight_->requires_grad ? grad_ptr(*weight_) : nullptr;
   const float* wt = weight_->value.f32();
   Tensor dx;
-  // A stride-1 convolution's input gradient is itself a convolution: of dy, zero-padded by
-  // k-1-pad, with the flipped weight (conv_weight_flip). Its GEMM is (C, OC*k*k) x (OC*k*k,
-  // H*W), as forward's, where the general path's is (C*k*k, OC) x (OC, OH*OW), whose inner
-  // dimension is only OC, followed by a scatter-add (col2im). bf16 keeps the general path.
-  const bool transposed = stride_ == 1 && pad_ <= k_ - 1 && !bf16_saved_;
-  const int64_t okk = out_ * k_ * k_, hw = h * w;
   if (needs_input_grad_) {
     dx = reuse_buffer(dx_cache_, x_shape_, device_);
-    if (transposed) {
-      reuse_buffer(dcol_, {okk * chunk_ * hw}, device_);
-      reuse_buffer(wflip_, {in_, okk}, device_);
-      k.conv_weight_flip(wflip_.f32(), wt, out_, in_, k_);
-      if (chunk_ > 1) reuse_buffer(dx_gemm_, {in_ * chunk_ * hw}, device_);
-    } else {
-      reuse_buffer(dcol_, {ckk * chunk_ * ohw}, device_);
-      k.fill(dx.f32(), dx.numel(), 0.f);  // col2im_batched_acc adds
-    }
+    reuse_buffer(dcol_, {ckk * chunk_ * ohw}, device_);
+    k.fill(dx.f32(), dx.numel(), 0.f);  // col2im_batched_acc adds
   }
   if (chunk_ > 1 && (dw || dx.defined())) reuse_buffer(gemm_out_, {out_ * chunk_ * ohw}, device_);
   for (int64_t i0 = 0; i0 < n && (dw || dx.defined()); i0 += chunk_) {
@@ -146,22 +133,12 @@ Tensor Conv2d::backward(const Tensor& dy) {
       }
     }
     if (!dx.defined()) continue;
-    float* dxc = dx.f32() + i0 * chw;
-    if (transposed) {
-      // dcol (OC*k*k, nc*H*W) = im2col of dy's chunk (nc, OC, OH, OW), padding k-1-pad, to
-      // H x W outputs; dX' (C, nc*H*W) = Wflip (C, OC*k*k) * dcol; one image's dX' is its dx.
-      k.im2col_batched(dcol_.f32(), dyc, nc, out_, oh_, ow_, k_, k_, 1, k_ - 1 - pad_, h, w);
-      float* dxt = nc == 1 ? dxc : dx_gemm_.f32();
-      k.gemm(dxt, wflip_.f32(), dcol_.f32(), in_, nc * hw, okk, false, false, 1.f, 0.f);
-      if (nc > 1) k.swap_leading(dxc, dxt, in_, nc, hw);  // (C, nc, H*W) -> (nc, C, H*W)
-      continue;
-    }
     // dcol (C*k*k, nc*OH*OW) = W^T (C*k*k, OC) * dY' (OC, nc*OH*OW), then back to images.
     if (bf16_saved_)
       k.gemm_bf16(dcol_.f32(), bf16_bits(w16_), bf16_bits(dy16), ckk, nc * ohw, out_, true, false, 1.f, 0.f);
     else
       k.gemm(dcol_.f32(), wt, dyt, ckk, nc * ohw, out_, true, false, 1.f, 0.f);
-    k.col2im_batched_acc(dxc, dcol_.f32(), nc, in_, h, w, k_, k_, stride_, pad_, oh_, ow_);
+    k.col2im_batched_acc(dx.f32() + i0 * chw, dcol_.f32(), nc, in_, h, w, k_, k_, stride_, pad_, oh_, ow_);
   }
   saved_ = false;
   x_ = Tensor();
@@ -176,8 +153,6 @@ void Conv2d::release_activations() {
   x_ = Tensor();
   cols_ = Tensor();
   dcol_ = Tensor();
-  wflip_ = Tensor();
-  dx_gemm_ = Tensor();
   gemm_out_ = Tensor();
   y_cache_ = Tensor();
   dx_cache_ = Tensor();

@@ -61,9 +61,7 @@ class Conv2d final : public Module {
   // Scratch owned by the layer, reused across steps. Chunk j's columns (C*k*k, nc*OH*OW)
   // start at image j*chunk_ of cols_ when every chunk is kept, at 0 otherwise.
   Tensor cols_;      // flat: N or chunk_ images of (C*k*k, OH*OW)
-  Tensor dcol_;      // (C*k*k, chunk_*OH*OW); stride 1: dy's columns (OC*k*k, chunk_*H*W)
-  Tensor wflip_;     // stride 1: the flipped weight (C, OC*k*k) (Kernels::conv_weight_flip)
-  Tensor dx_gemm_;   // stride 1, chunks of several images: dX' (C, chunk_*H*W)
+  Tensor dcol_;      // (C*k*k, chunk_*OH*OW)
   Tensor gemm_out_;  // (OC, chunk_*OH*OW): forward's Y', backward's dY'
   Tensor y_cache_, dx_cache_;
   // Precision::bf16: forward's weight copy (read by backward), and per-chunk operands.

@@ -103,9 +103,6 @@ class EmulatedKernels final : public Kernels {
                           int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override {
     cpu_.col2im_batched_acc(host_ptr(img), host_ptr(col), n, c, h, w, kh, kw, stride, pad, oh, ow);
   }
-  void conv_weight_flip(float* wt, const float* w, int64_t oc, int64_t c, int64_t k) override {
-    cpu_.conv_weight_flip(host_ptr(wt), host_ptr(w), oc, c, k);
-  }
   void swap_leading(float* d, const float* s, int64_t a, int64_t b, int64_t inner) override {
     cpu_.swap_leading(host_ptr(d), host_ptr(s), a, b, inner);
   }

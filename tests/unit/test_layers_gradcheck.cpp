@@ -91,8 +91,7 @@ TEST(LayerGradcheck, Conv2dStridePaddingOddShapes) {
   gradcheck(pointwise, random_tensor({2, 3, 3, 4}, 7), 16);
   Conv2d wide(1, 2, 2, 3, 0);  // stride > kernel skips input pixels
   gradcheck(wide, random_tensor({1, 1, 8, 7}, 8), 17);
-  // Stride 1 computes dx as a convolution of dy with the flipped weight, padded k-1-pad:
-  // no padding (dy padded by k-1), and a padding smaller than "same" on a 5x5 kernel.
+  // Stride 1 without padding, and a padding smaller than "same" on a 5x5 kernel.
   Conv2d valid(2, 3, 3, 1, 0, false);
   gradcheck(valid, random_tensor({2, 2, 6, 5}, 9), 18);
   Conv2d narrow(2, 3, 5, 1, 1);
