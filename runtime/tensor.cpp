@@ -44,6 +44,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
+  if (t.numel() == 0) return t;  // no memset of a null buffer
   if (device.is_cpu()) {
     std::memset(t.raw(), 0, t.nbytes());
   } else {
@@ -58,7 +59,7 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape)
   if (static_cast<int64_t>(values.size()) != t.numel())
     throw std::invalid_argument("from_vector: " + std::to_string(values.size()) +
                                 " values for shape " + shape_str(shape));
-  std::memcpy(t.raw(), values.data(), t.nbytes());
+  if (t.numel() > 0) std::memcpy(t.raw(), values.data(), t.nbytes());
   return t;
 }
 
