@@ -1,7 +1,8 @@
 // Fault injection, for testing how a job (and the tooling around it) behaves when a
 // rank freezes or dies at a chosen point. Off unless TANDEM_FAULT is set:
 //
-//   TANDEM_FAULT=stop-before:N   the rank stops itself (SIGSTOP) before issuing op #N
+//   TANDEM_FAULT=stop-before:N   the rank stops itself (SIGSTOP) before issuing op #N,
+//                                once op #N-1 has completed on it
 //   TANDEM_FAULT=stop-inside:N   ... inside op #N: it has entered it (and published so
 //                                through its heartbeat) but its data never moves
 //   TANDEM_FAULT=kill-inside:N   ... dies (SIGKILL) inside op #N, likewise

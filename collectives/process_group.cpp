@@ -102,6 +102,16 @@ void ProcessGroup::inject_fault(const Collective& c) {
   // would let a small op finish first. Either way the heartbeat is flushed first, so its
   // peers see exactly the ops it issued (a coalesced write could otherwise lag by a few).
   if (inside) reports_->health().entered(c.seq);
+  // Before: the earlier ops finish first. Ops are issued without waiting, so the previous
+  // one may still be moving data on the comm thread, and a stop now would leave the peers
+  // waiting in it rather than in this one. Its failure, if any, is its owner's to report.
+  if (!inside && fault_last_work_) {
+    try {
+      fault_last_work_->wait(std::chrono::seconds(30));
+    } catch (const std::exception&) {
+    }
+  }
+  fault_last_work_.reset();
   reports_->health().flush(std::chrono::seconds(10));
   const bool kill = fault_->kind == Kind::kill_inside;
   spdlog::warn("fault injection ({}): rank {} (pid {}) {} {} {}", fault_->describe(), rank_, getpid(),
@@ -141,6 +151,7 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective c) {
   }
   last_seq_ = c.seq;  // only once the backend accepted it: unsupported ops consume no seq
   reports_->health().entered(c.seq);
+  if (fault_ && static_cast<int64_t>(c.seq) + 1 == fault_->at) fault_last_work_ = work;
   return work;
 }
 

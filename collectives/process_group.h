@@ -141,6 +141,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<StoreServer> server_;
   std::shared_ptr<FailureReports> reports_;
   std::optional<FaultPlan> fault_;  // TANDEM_FAULT for this rank (fault_injection.h)
+  std::shared_ptr<Work> fault_last_work_;  // with a fault plan only: the op before the fault's
   mutable std::mutex issue_mutex_;
   uint64_t last_seq_ = 0;
 };
