@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "collectives/spin.h"
+
 namespace tandem {
 
 CommThread::CommThread(std::string group_name)
@@ -22,6 +24,7 @@ void CommThread::submit(std::shared_ptr<CompletionWork> work, Task task, Task pr
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->broken.empty()) {
       state_->queue.push_back({std::move(work), std::move(task), std::move(prepare)});
+      state_->events.fetch_add(1, std::memory_order_release);
     } else {
       broken = state_->broken;
     }
@@ -39,6 +42,7 @@ void CommThread::break_group(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->broken.empty()) state_->broken = reason;
+    state_->events.fetch_add(1, std::memory_order_release);
   }
   state_->cv.notify_all();
 }
@@ -63,6 +67,7 @@ void CommThread::run_inline(const Task& fn) {
                                  done->set_exception(std::current_exception());
                                }
                              }, Task{}});
+    state_->events.fetch_add(1, std::memory_order_release);
   }
   state_->cv.notify_all();
   future.get();
@@ -71,6 +76,14 @@ void CommThread::run_inline(const Task& fn) {
 void CommThread::loop(std::shared_ptr<State> state) {
   std::unique_lock<std::mutex> lock(state->mutex);
   for (;;) {
+    // Idle: the caller usually issues the next op within microseconds (a loop of small
+    // collectives, the next bucket), so poll before parking; a wake-up costs more.
+    if (state->queue.empty() && !state->stop) {
+      const uint64_t seen = state->events.load(std::memory_order_acquire);
+      lock.unlock();
+      spin_until([&] { return state->events.load(std::memory_order_acquire) != seen; });
+      lock.lock();
+    }
     state->cv.wait(lock, [&] { return state->stop || !state->queue.empty(); });
     if (state->queue.empty()) break;  // stop requested and drained
     Item item = std::move(state->queue.front());
@@ -121,6 +134,7 @@ bool CommThread::shutdown(std::chrono::milliseconds grace) {
   shut_down_ = true;
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->stop = true;
+  state_->events.fetch_add(1, std::memory_order_release);
   state_->cv.notify_all();
   // Stuck: inside the engine on a broken group, so it may never come back (a peer is
   // gone and MPI has no timeout). Everything else ends quickly once stop is set.

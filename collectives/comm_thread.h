@@ -6,6 +6,7 @@
 // ranks can no longer be assumed to agree on which op comes next.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -57,6 +58,9 @@ class CommThread {
   struct State {
     std::mutex mutex;
     std::condition_variable cv;
+    // Bumped with every change the thread must see (a task, a stop, a break): an idle
+    // thread polls it for a moment before it parks on cv (collectives/spin.h).
+    std::atomic<uint64_t> events{0};
     std::deque<Item> queue;
     bool stop = false;
     bool exited = false;

@@ -95,23 +95,30 @@ RankHealth::~RankHealth() {
   if (beater_.joinable()) beater_.join();
 }
 
+void RankHealth::wake_beater() {
+  // No lock: a missed wake-up only delays the write to the next interval. Only the first
+  // change after a write wakes the thread; it coalesces the rest.
+  if (store_ && wants_change_.load(std::memory_order_relaxed) && wants_change_.exchange(false)) {
+    cv_.notify_one();
+  }
+}
+
 void RankHealth::entered(uint64_t seq) {
   entered_.store(seq, std::memory_order_release);
   changes_.fetch_add(1, std::memory_order_release);
-  // No lock: a missed wake-up only delays the write to the next interval.
-  if (store_) cv_.notify_one();
+  wake_beater();
 }
 
 void RankHealth::completed(uint64_t seq) {
   completed_.store(seq, std::memory_order_release);
   changes_.fetch_add(1, std::memory_order_release);
-  if (store_) cv_.notify_one();
+  wake_beater();
 }
 
 void RankHealth::step_done(int64_t step) {
   step_.store(step, std::memory_order_release);
   changes_.fetch_add(1, std::memory_order_release);
-  if (store_) cv_.notify_one();
+  wake_beater();
 }
 
 bool RankHealth::flush(milliseconds timeout) {
@@ -176,9 +183,11 @@ void RankHealth::beat_loop() {
   auto last_write = std::chrono::steady_clock::time_point{};
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
+    wants_change_.store(true);
     cv_.wait_for(lock, options_.interval, [&] {
       return stop_ || changes_.load(std::memory_order_acquire) != written;
     });
+    wants_change_.store(false);
     if (stop_) break;
     // Coalesce a burst of ops into one write.
     const auto since = std::chrono::steady_clock::now() - last_write;

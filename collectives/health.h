@@ -117,6 +117,7 @@ class RankHealth {
 
  private:
   void beat_loop();
+  void wake_beater();
   PeerHealth self() const;
 
   std::shared_ptr<Store> store_;
@@ -137,6 +138,9 @@ class RankHealth {
   std::atomic<uint64_t> published_{0};  // changes_ as of the last successful write
   std::mutex mutex_;
   std::condition_variable cv_;          // wakes the heartbeat thread
+  // True while the heartbeat thread waits for a change: only then does an op wake it (a
+  // wake-up per op would cost the op a syscall; during the coalescing gap it is not needed).
+  std::atomic<bool> wants_change_{false};
   std::condition_variable published_cv_;
   bool stop_ = false;
   std::shared_ptr<Store> query_store_;  // lazily cloned, guarded by mutex_

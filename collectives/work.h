@@ -19,6 +19,7 @@
 // op must stay alive until its handle is completed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -84,6 +85,7 @@ class CompletionWork : public Work {
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
+  std::atomic<bool> finished_{false};  // done_, readable without the lock (a waiter spins on it)
   std::chrono::steady_clock::time_point done_at_{};
   std::exception_ptr error_;
 };

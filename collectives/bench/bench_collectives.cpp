@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   std::string op = "allreduce", backend = "auto", min_text = "8", max_text = "64M", dtype = "f32", json_path;
   int64_t factor = 4;
   int iters = 20, warmup = 5;
-  bool check = false, raw = false;
+  bool check = false, raw = false, wait_each = false;
   double timeout_s = 600;
   app.add_option("--op", op, "collective to time")
       ->check(CLI::IsMember({"allreduce", "broadcast", "allgather", "reduce-scatter"}));
@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "element type")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_flag("--check", check, "check every result element against its exact value");
   app.add_flag("--raw", raw, "also time the engine called directly (MPI_* or gloo::*), taking turns with the group at each size");
+  app.add_flag("--wait-each", wait_each, "wait for each op before issuing the next (one op's latency; default: issue them back to back and wait for the last)");
   app.add_option("--json", json_path, "rank 0 also writes the rows as JSON to FILE: one object per size and placement with size, count, time_us, algbw, busbw, wrong, in_place, raw");
   app.add_option("--timeout-s", timeout_s, "collective and rendezvous timeout")->check(CLI::PositiveNumber);
   app.set_version_flag("--version", std::string("tandem-bench-collectives ") + TANDEM_VERSION_STRING,
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
   cfg.dtype = parse_dtype(dtype);
   cfg.check = check;
   cfg.raw = raw;
+  cfg.wait_each = wait_each;
   cfg.json_path = json_path;
 
   int rank = -1;

@@ -154,8 +154,12 @@ Cell measure(const Config& cfg, ProcessGroup& g, Path& path, Memory& memory, con
   path.drain(last);
   sync_ranks(g);
   const auto t0 = Clock::now();
-  for (int i = 0; i < cfg.iters; ++i) last = path.issue(c);
-  path.drain(last);
+  if (cfg.wait_each) {
+    for (int i = 0; i < cfg.iters; ++i) path.drain(path.issue(c));
+  } else {
+    for (int i = 0; i < cfg.iters; ++i) last = path.issue(c);
+    path.drain(last);
+  }
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
   // The slowest rank's time is the op's time.
   const int64_t max_ns = reduce_i64(g, memory, ns, ReduceOp::max);
@@ -225,10 +229,10 @@ std::vector<std::vector<Row>> run_sizes(const Config& cfg, ProcessGroup& g, cons
 }
 
 void print_header(const Config& cfg, const ProcessGroup& g) {
-  std::printf("# tandem-bench-collectives: %s, backend %s, %d ranks, dtype %s%s, %d iterations after %d warm-up\n",
+  std::printf("# tandem-bench-collectives: %s, backend %s, %d ranks, dtype %s%s, %d iterations after %d warm-up, %s\n",
               op_str(cfg.op), g.backend_name().c_str(), g.size(), dtype_name(cfg.dtype),
               cfg.op == OpType::allreduce || cfg.op == OpType::reduce_scatter ? ", sum" : "", cfg.iters,
-              cfg.warmup);
+              cfg.warmup, cfg.wait_each ? "each waited before the next" : "issued back to back, the last waited");
   std::printf("# busbw = algbw x %s; #wrong counts result elements that differ from the exact value%s\n",
               cfg.op == OpType::allreduce ? "2(n-1)/n"
               : cfg.op == OpType::broadcast ? "1" : "(n-1)/n",
@@ -260,7 +264,7 @@ std::string rows_json(const Config& cfg, const ProcessGroup& g, const std::vecto
   using nlohmann::json;
   json out = {{"op", op_str(cfg.op)},   {"backend", g.backend_name()}, {"world_size", g.size()},
               {"dtype", dtype_name(cfg.dtype)}, {"iters", cfg.iters},  {"warmup", cfg.warmup},
-              {"rows", json::array()}};
+              {"wait_each", cfg.wait_each}, {"rows", json::array()}};
   // One row per size and placement, as the table prints them.
   for (const Row& r : rows) {
     for (bool in_place : {false, true}) {

@@ -26,6 +26,9 @@ struct Config {
   DType dtype = DType::f32;
   bool check = false;
   bool raw = false;
+  // Wait for each op before issuing the next: the latency a blocking caller sees (the
+  // hand-off to the comm thread and back), not the pipelined rate.
+  bool wait_each = false;
   std::string json_path;
   int root = 0;
 };
