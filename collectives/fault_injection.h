@@ -3,8 +3,9 @@
 //
 //   TANDEM_FAULT=stop-before:N   the rank stops itself (SIGSTOP) before issuing op #N,
 //                                once op #N-1 has completed on it
-//   TANDEM_FAULT=stop-inside:N   ... inside op #N: it has entered it (and published so
-//                                through its heartbeat) but its data never moves
+//   TANDEM_FAULT=stop-inside:N   ... inside op #N, once #N-1 has completed: it has
+//                                entered #N (and published so through its heartbeat)
+//                                but its data never moves
 //   TANDEM_FAULT=kill-inside:N   ... dies (SIGKILL) inside op #N, likewise
 //   TANDEM_FAULT=hang-at-step:S  the training loop stops stepping after step S without
 //                                exiting (its heartbeat stays alive); see models/trainer

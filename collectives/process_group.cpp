@@ -99,19 +99,21 @@ void ProcessGroup::inject_fault(const Collective& c) {
   const bool inside = fault_->kind != Kind::stop_before;
   // Inside: the rank has entered the op (published, as its peers will see it) but its
   // data never moves, whatever the op's size: stopping after handing it to the engine
-  // would let a small op finish first. Either way the heartbeat is flushed first, so its
-  // peers see exactly the ops it issued (a coalesced write could otherwise lag by a few).
-  if (inside) reports_->health().entered(c.seq);
-  // Before: the earlier ops finish first. Ops are issued without waiting, so the previous
-  // one may still be moving data on the comm thread, and a stop now would leave the peers
-  // waiting in it rather than in this one. Its failure, if any, is its owner's to report.
-  if (!inside && fault_last_work_) {
+  // would let a small op finish first. Either way the heartbeat is flushed last, so its
+  // peers see exactly the ops it issued (a coalesced write could otherwise lag by a few),
+  // and the earlier ops finish first. Ops are issued without waiting, so the
+  // previous one may still be moving data on the comm thread, and a stop now would leave
+  // this rank (and its peers) in it rather than in this one: a CI run stopped rank 1
+  // inside #60 while its #59 was still reducing, so its heartbeat read "completed #58"
+  // and the analysis named #59. Its failure, if any, is its owner's to report.
+  if (fault_last_work_) {
     try {
       fault_last_work_->wait(std::chrono::seconds(30));
     } catch (const std::exception&) {
     }
   }
   fault_last_work_.reset();
+  if (inside) reports_->health().entered(c.seq);
   reports_->health().flush(std::chrono::seconds(10));
   const bool kill = fault_->kind == Kind::kill_inside;
   spdlog::warn("fault injection ({}): rank {} (pid {}) {} {} {}", fault_->describe(), rank_, getpid(),
