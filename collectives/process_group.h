@@ -100,6 +100,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // hold (outputs): the training thread's compute stream, as a cudaStream_t. CPU
   // backends ignore it.
   virtual void use_compute_stream(void* stream) {}
+  // The most bytes this group's own code held at once in temporaries for one op (the
+  // staging of reduce-scatter and all-gather rounds) since it was created; 0 where a
+  // backend stages nothing. Engine-internal buffers (Open MPI's, Gloo's) are not
+  // counted: each backend's header says what its engine allocates.
+  virtual size_t peak_temporary_bytes() const { return 0; }
 
  protected:
   struct Setup {

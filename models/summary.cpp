@@ -38,6 +38,8 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   json buckets = json::array();
   for (const BucketInfo& b : s.buckets) buckets.push_back({{"bytes", b.bytes}, {"parameters", b.parameters}});
+  int64_t peak_temporary = 0;
+  for (int64_t bytes : s.peak_temporary_bytes_per_rank) peak_temporary = std::max(peak_temporary, bytes);
   json j = {
       {"mode", s.mode},
       {"world_size", s.world_size},
@@ -73,6 +75,8 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"peak_rss_mb", s.peak_rss_mb},
       {"peak_rss_mb_per_rank", s.peak_rss_mb_per_rank},
       {"peak_device_memory_mb", opt(s.peak_device_memory_mb)},
+      {"peak_temporary_bytes", peak_temporary},
+      {"peak_temporary_bytes_per_rank", s.peak_temporary_bytes_per_rank},
       {"zero", s.zero},
       {"optimizer_state_mb_per_rank", s.optimizer_state_mb_per_rank},
       {"seed", s.seed},

@@ -34,6 +34,9 @@ struct RunSummary {
   double peak_rss_mb = 0;                  // this process (rank 0)
   std::vector<double> peak_rss_mb_per_rank;  // every process, by rank
   std::optional<double> peak_device_memory_mb;  // CUDA runs: the caching allocator's peak
+  // The process group's peak_temporary_bytes (collectives/process_group.h), by rank; 0
+  // without a group. peak_temporary_bytes: the largest.
+  std::vector<int64_t> peak_temporary_bytes_per_rank;
   int zero = 0;                                     // ZeRO stage (docs/zero.md)
   std::vector<double> optimizer_state_mb_per_rank;  // optimizer state each process holds, by rank
   uint64_t seed = 0;

@@ -292,6 +292,8 @@ RunSummary Trainer::summary() const {
   s.peak_rss_mb = peak_rss_mb();
   for (int64_t kib : st.per_rank(static_cast<int64_t>(s.peak_rss_mb * 1024.0)))
     s.peak_rss_mb_per_rank.push_back(static_cast<double>(kib) / 1024.0);
+  const size_t temporary = options_.group ? options_.group->peak_temporary_bytes() : 0;
+  s.peak_temporary_bytes_per_rank = st.per_rank(static_cast<int64_t>(temporary));
   s.zero = st.zero_stage();
   for (int64_t bytes : st.per_rank(optimizer_state_bytes_))
     s.optimizer_state_mb_per_rank.push_back(static_cast<double>(bytes) / (1024.0 * 1024.0));

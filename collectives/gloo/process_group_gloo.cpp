@@ -1,4 +1,5 @@
-// ProcessGroupGloo: each op becomes one Gloo call on the communication thread.
+// ProcessGroupGloo: each op becomes one Gloo call on the communication thread (the
+// reduce-scatter: rounds of Gloo sends and receives, see gloo_reduce_scatter).
 // Tags are the op's sequence number, so a late message of one op can never be taken
 // for another's; the op check's gathers use tags of their own (check_tag).
 #include "collectives/gloo/process_group_gloo.h"
@@ -10,8 +11,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include <gloo/allgather.h>
@@ -22,9 +25,12 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include "collectives/gloo/gloo_store.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/rounds.h"
 
 namespace tandem {
 
@@ -50,6 +56,10 @@ void with_storage_type(DType dtype, F&& f) {
 // group ops around them (their seqs, below 2^30 in any real job) and from the
 // benchmark's raw ops (bit 31 set).
 uint32_t check_tag(uint64_t seq) { return 0x40000000u | static_cast<uint32_t>(seq & 0x3fffffffu); }
+
+// The slot prefix of our reduce-scatter's sends (Gloo's own collectives use 0x01-0x08,
+// gloo/types.h); the tag (the op's seq) keeps ops apart within it.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x7a;
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -99,28 +109,54 @@ std::shared_ptr<gloo::transport::Device> make_device(const std::string& master_a
 
 }  // namespace
 
-void gloo_reduce_scatter(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
-                         int64_t count_per_rank, DType dtype, ReduceOp op, uint32_t tag,
-                         std::chrono::milliseconds timeout) {
-  const size_t slice_bytes = static_cast<size_t>(count_per_rank) * dtype_size(dtype);
-  const size_t total_bytes = slice_bytes * static_cast<size_t>(context->size);
-  // received[r] = rank r's slice `rank`: every slice of ours crosses the wire once,
-  // as in a ring reduce-scatter, and alltoall waits for its sends before returning.
-  std::vector<uint8_t> received(total_bytes);
-  gloo::AlltoallOptions opts(context);
-  opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), total_bytes);  // Gloo only reads it
-  opts.setOutput(received.data(), total_bytes);
-  opts.setTag(tag);
-  opts.setTimeout(timeout);
-  gloo::alltoall(opts);
-  // In rank order, so the result does not depend on arrival order.
-  std::memcpy(out, received.data(), slice_bytes);
-  for (int r = 1; r < context->size; ++r)
-    reduce_elements(dtype, engine_op(op), out, out, received.data() + r * slice_bytes, count_per_rank);
+size_t gloo_reduce_scatter(const std::shared_ptr<gloo::Context>& context, const void* in, void* out,
+                           int64_t count_per_rank, DType dtype, ReduceOp op, uint32_t tag,
+                           std::chrono::milliseconds timeout, size_t round_bytes) {
+  const int size = context->size;
+  const int rank = context->rank;
+  const size_t elem = dtype_size(dtype);
+  const size_t slice_bytes = static_cast<size_t>(count_per_rank) * elem;
+  if (count_per_rank == 0) return 0;
+  const int64_t round = round_elements(round_bytes, elem, count_per_rank);
+  // received: this round's piece of every rank's slice `rank`, in rank order (ours
+  // copied): size x round elements, however large the slice.
+  std::vector<uint8_t> received(static_cast<size_t>(round) * elem * static_cast<size_t>(size));
+  // Gloo only reads `in`; in place, `out` is our slice of it, which is never sent.
+  auto send = context->createUnboundBuffer(const_cast<void*>(in), slice_bytes * static_cast<size_t>(size));
+  auto recv = context->createUnboundBuffer(received.data(), received.size());
+  const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (int64_t first = 0; first < count_per_rank; first += round) {
+    const int64_t n = std::min(round, count_per_rank - first);
+    const size_t piece = static_cast<size_t>(n) * elem;
+    const size_t at = static_cast<size_t>(first) * elem;
+    for (int i = 1; i < size; ++i) {
+      const int to = (rank + i) % size;
+      send->send(to, slot, static_cast<size_t>(to) * slice_bytes + at, piece);
+    }
+    for (int i = 1; i < size; ++i) {
+      const int from = (rank + size - i) % size;
+      recv->recv(from, slot, static_cast<size_t>(from) * piece, piece);
+    }
+    std::memcpy(received.data() + static_cast<size_t>(rank) * piece, src + static_cast<size_t>(rank) * slice_bytes + at,
+                piece);
+    // Every send of the round is done before `out` is written (in place, `in` around it
+    // is read by later rounds only), and every receive before it is reduced.
+    for (int i = 1; i < size; ++i) {
+      if (!recv->waitRecv(timeout) || !send->waitSend(timeout))
+        throw CollectiveError("gloo: reduce-scatter round aborted on rank " + std::to_string(rank));
+    }
+    // In rank order, so the result depends neither on arrival order nor on the rounds.
+    reduce_pieces_in_rank_order(dtype, engine_op(op), dst + at, received.data(), size, n);
+  }
+  return received.size();
 }
 
 ProcessGroupGloo::ProcessGroupGloo(const BackendArgs& args)
-    : ThreadedProcessGroup(Setup{"gloo", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}) {
+    : ThreadedProcessGroup(Setup{"gloo", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}),
+      round_bytes_(round_bytes_from_env()),
+      peak_temporary_(std::make_shared<PeakBytes>()) {
   if (!args.store) throw CollectiveError("the gloo backend needs a store to connect its ranks");
   try {
     auto device = make_device(args.master_addr);
@@ -148,6 +184,8 @@ ProcessGroupGloo::ProcessGroupGloo(const BackendArgs& args)
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() { stop_comm_thread(); }
+
+size_t ProcessGroupGloo::peak_temporary_bytes() const { return peak_temporary_->get(); }
 
 std::shared_ptr<Work> ProcessGroupGloo::run_allreduce(const Collective& c) {
   return submit(c, [context = context_, c, timeout = timeout()] {
@@ -199,10 +237,9 @@ std::shared_ptr<Work> ProcessGroupGloo::run_allgather(const Collective& c) {
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::run_reduce_scatter(const Collective& c) {
-  return submit(c, [context = context_, c, timeout = timeout()] {
-    // In place, out is slice `rank` of in; the input is fully sent before out is written.
-    gloo_reduce_scatter(context, c.in.data, c.out.data, c.out.count, c.dtype(), c.reduce,
-                        static_cast<uint32_t>(c.seq), timeout);
+  return submit(c, [context = context_, c, timeout = timeout(), round = round_bytes_, peak = peak_temporary_] {
+    peak->note(gloo_reduce_scatter(context, c.in.data, c.out.data, c.out.count, c.dtype(), c.reduce,
+                                   static_cast<uint32_t>(c.seq), timeout, round));
     if (c.reduce == ReduceOp::avg) divide_elements(c.dtype(), c.out.data, c.out.count, context->size);
   });
 }

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/reduce_kernels.h"
+#include "collectives/rounds.h"
 
 namespace tandem {
 
@@ -28,11 +29,21 @@ struct HierState {
   int local_rank = 0;                   // its index within nodes[node]
   std::shared_ptr<ProcessGroup> node_group;     // shm, nodes[node]
   std::shared_ptr<ProcessGroup> leaders_group;  // gloo, one per node; null on non-leaders and single nodes
+  size_t round_bytes = kRoundBytes;             // of each slice, per staged round
+  PeakBytes peak_temporary;                     // written by the comm thread only
 
   int n_nodes() const { return static_cast<int>(nodes.size()); }
   int local_size() const { return static_cast<int>(nodes[node].size()); }
   bool multi_node() const { return n_nodes() > 1; }
   void await(const std::shared_ptr<Work>& w) const { w->wait(timeout); }
+  // Nodes hold consecutive global ranks, in node order (tandemrun's layout): then the
+  // leaders' node-major order is global rank order.
+  bool node_major() const {
+    for (int i = 0; i < n_nodes(); ++i)
+      for (int j = 0; j < local_size(); ++j)
+        if (nodes[i][j] != i * local_size() + j) return false;
+    return true;
+  }
 };
 
 namespace {
@@ -80,29 +91,84 @@ void hier_broadcast(const HierState& s, const Buffer& out, int root) {
   s.await(s.node_group->broadcast(out, 0));
 }
 
-// out (world * in.bytes, global rank order) = every rank's `in`. `in` may lie in `out`.
-void hier_allgather_bytes(const HierState& s, const void* in, void* out, size_t each) {
+// out (world * each bytes, global rank order) = every rank's `in`. `in` may be this
+// rank's slice of `out` (in place) or lie outside it.
+void hier_allgather_bytes(HierState& s, const void* in, void* out, size_t each) {
   const int local = s.local_size();
-  std::vector<uint8_t> node_part(each * local);
-  s.await(s.node_group->allgather(bytes_buffer(const_cast<void*>(in), each), bytes_buffer(node_part.data(), node_part.size())));
-  // Node-major: node i's j-th rank at (i * local + j) * each.
-  std::vector<uint8_t> gathered;
-  if (s.multi_node()) {
-    gathered.resize(each * static_cast<size_t>(s.world));
-    if (s.leaders_group) {
-      s.await(s.leaders_group->allgather(bytes_buffer(node_part.data(), node_part.size()),
-                                         bytes_buffer(gathered.data(), gathered.size())));
-    }
-    s.await(s.node_group->broadcast(bytes_buffer(gathered.data(), gathered.size()), 0));
-  } else {
-    gathered = std::move(node_part);
-  }
   auto* dst = static_cast<uint8_t*>(out);
-  for (int i = 0; i < s.n_nodes(); ++i) {
-    for (int j = 0; j < local; ++j) {
-      std::memcpy(dst + static_cast<size_t>(s.nodes[i][j]) * each, gathered.data() + (static_cast<size_t>(i) * local + j) * each, each);
+  if (s.node_major()) {
+    // In `out` itself: the node's ranks gather into its region, the leaders gather the
+    // regions (each leader's is its slice of the leaders' all-gather), and each leader
+    // sends the whole to its node. Nothing staged.
+    uint8_t* region = dst + static_cast<size_t>(s.node) * local * each;
+    const Buffer node_out = bytes_buffer(region, each * local);
+    if (in == region + static_cast<size_t>(s.local_rank) * each) {
+      s.await(s.node_group->allgather(node_out));
+    } else {
+      s.await(s.node_group->allgather(bytes_buffer(const_cast<void*>(in), each), node_out));
+    }
+    if (s.multi_node()) {
+      const Buffer all = bytes_buffer(dst, each * static_cast<size_t>(s.world));
+      if (s.leaders_group) s.await(s.leaders_group->allgather(all));
+      s.await(s.node_group->broadcast(all, 0));
+    }
+    return;
+  }
+  // Nodes interleave global ranks: rounds of at most round_bytes of each rank's part,
+  // gathered node-major into `gathered` (world x round bytes, this node's part in its
+  // region), then put in global rank order.
+  const size_t round = std::min(each, s.round_bytes);
+  std::vector<uint8_t> gathered(round * static_cast<size_t>(s.world));
+  s.peak_temporary.note(gathered.size());
+  const auto* src = static_cast<const uint8_t*>(in);
+  for (size_t at = 0; at < each; at += round) {
+    const size_t n = std::min(round, each - at);
+    uint8_t* region = gathered.data() + static_cast<size_t>(s.node) * local * n;
+    s.await(s.node_group->allgather(bytes_buffer(const_cast<uint8_t*>(src + at), n), bytes_buffer(region, n * local)));
+    const Buffer all = bytes_buffer(gathered.data(), n * static_cast<size_t>(s.world));
+    if (s.leaders_group) s.await(s.leaders_group->allgather(all));
+    s.await(s.node_group->broadcast(all, 0));
+    // In place, this copies our own part onto itself (the same bytes); later rounds
+    // read `in` past `at` only.
+    for (int i = 0; i < s.n_nodes(); ++i) {
+      for (int j = 0; j < local; ++j) {
+        std::memcpy(dst + static_cast<size_t>(s.nodes[i][j]) * each + at,
+                    gathered.data() + (static_cast<size_t>(i) * local + j) * n, n);
+      }
     }
   }
+}
+
+// This rank's slice (out, n elements) of the sum (avg) or min/max over the world of
+// `in` (world x n elements). In place (out is our slice of in), the whole buffer is
+// all-reduced where it is: nothing staged, and bit-identical to the all-reduce of it.
+// Out of place, slice by slice in rounds of at most round_bytes, the same on every
+// rank: our slice's rounds straight into `out`, the others' into one round of
+// temporary (min(n, round) elements). Bit-identical to the whole all-reduce where its
+// stages sum each element in an order of its own (shm: rank order; gloo's leaders:
+// a + b at 2 nodes); with 3 nodes or more, gloo's ring order of the node sums can
+// differ with the rounds.
+void hier_reduce_scatter(HierState& s, const Collective& c) {
+  const ReduceOp stage = c.reduce == ReduceOp::avg ? ReduceOp::sum : c.reduce;
+  if (c.in_place) {
+    hier_allreduce(s, c.in, c.in, true, stage);
+  } else {
+    const DType d = c.dtype();
+    const size_t elem = dtype_size(d);
+    const int64_t n = c.out.count;
+    const int64_t round = round_elements(s.round_bytes, elem, n);
+    std::vector<uint8_t> discard(static_cast<size_t>(round) * elem);
+    s.peak_temporary.note(discard.size());
+    auto* src = static_cast<uint8_t*>(c.in.data);
+    for (int r = 0; r < s.world; ++r) {
+      for (int64_t first = 0; first < n; first += round) {
+        const int64_t k = std::min(round, n - first);
+        void* dst = r == s.rank ? static_cast<uint8_t*>(c.out.data) + static_cast<size_t>(first) * elem : discard.data();
+        hier_allreduce(s, typed(src + (static_cast<size_t>(r) * n + first) * elem, k, d), typed(dst, k, d), false, stage);
+      }
+    }
+  }
+  if (c.reduce == ReduceOp::avg) divide_elements(c.dtype(), c.out.data, c.out.count, s.world);
 }
 
 void hier_barrier(const HierState& s) {
@@ -141,6 +207,7 @@ ProcessGroupHier::ProcessGroupHier(const BackendArgs& args)
   s.rank = args.rank;
   s.world = args.size;
   s.timeout = args.timeout;
+  s.round_bytes = round_bytes_from_env();
   try {
     s.nodes = find_nodes(*args.store, args);
   } catch (const std::exception& e) {
@@ -209,12 +276,16 @@ std::shared_ptr<Work> ProcessGroupHier::run_allgather(const Collective& c) {
 }
 
 std::shared_ptr<Work> ProcessGroupHier::run_reduce_scatter(const Collective& c) {
-  return submit(c, [s = state_, c] {
-    // The whole input all-reduced out of place, then this rank's slice.
-    std::vector<uint8_t> full(c.in.bytes());
-    hier_allreduce(*s, c.in, typed(full.data(), c.in.count, c.dtype()), false, c.reduce);
-    std::memcpy(c.out.data, full.data() + static_cast<size_t>(s->rank) * c.out.bytes(), c.out.bytes());
-  });
+  return submit(c, [s = state_, c] { hier_reduce_scatter(*s, c); });
+}
+
+size_t ProcessGroupHier::peak_temporary_bytes() const {
+  // The sub-groups' own staging (none today: shm works in its segment, the leaders run
+  // Gloo's all-reduce, all-gather and broadcast in our buffers) adds to ours: it happens
+  // while ours is held.
+  size_t bytes = state_->peak_temporary.get() + state_->node_group->peak_temporary_bytes();
+  if (state_->leaders_group) bytes += state_->leaders_group->peak_temporary_bytes();
+  return bytes;
 }
 
 std::shared_ptr<Work> ProcessGroupHier::run_barrier(const Collective& c) {

@@ -8,13 +8,20 @@
 //                   rank as in a flat ring. avg: sum in both stages, divide once by the
 //                   world size (as the other backends: exact sum, then divide)
 //   broadcast       root -> its node's leader (shm), leaders (gloo), leader -> node (shm)
-//   allgather       node allgather, leaders allgather, node broadcast, then reordered
-//                   by global rank
-//   reduce_scatter  the full allreduce above, then this rank's slice (correct, not fast)
+//   allgather       node allgather, leaders allgather, node broadcast: in the output
+//                   itself when nodes hold consecutive ranks (tandemrun's layout; nothing
+//                   staged), else in rounds of kRoundBytes (collectives/rounds.h) of each rank's part,
+//                   staged node-major (world x round bytes) and reordered by global rank
+//   reduce_scatter  the allreduce above: in place, of the whole buffer where it is
+//                   (nothing staged); out of place, slice by slice in rounds of
+//                   kRoundBytes, this rank's slice straight into the output, the
+//                   others' into one round of temporary (correct and bounded, not fast)
 //   barrier         node barrier, leaders barrier, node barrier
 // Nodes: ranks publish hostname, boot id and NODE_RANK (tandemrun sets it) in the store;
 // equal identities share a node. Nodes are numbered by their lowest global rank, ranks
 // within a node by global rank; every node must have the same number of ranks.
+// Temporaries: peak_temporary_bytes() reports the rounds' staging above;
+// TANDEM_COLLECTIVE_CHUNK_KB overrides the round (the same on every rank).
 // Invariant: every rank of a node issues the same sub-ops in the same order (the same
 // hier op decides them), so the node and leaders groups stay in step; each sub-op is
 // waited for with the group's timeout. The op check runs over the whole world (its
@@ -36,6 +43,8 @@ class ProcessGroupHier : public ThreadedProcessGroup {
   // (blocking, each bounded by args.timeout).
   explicit ProcessGroupHier(const BackendArgs& args);
   ~ProcessGroupHier() override;
+
+  size_t peak_temporary_bytes() const override;
 
  protected:
   std::shared_ptr<Work> run_allreduce(const Collective& c) override;

@@ -5,9 +5,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -19,6 +22,69 @@ namespace tandem {
 const bool kMpiBuilt = true;
 
 namespace {
+
+// The tag of our point-to-point messages on the group's communicator (Open MPI's
+// collectives use negative tags of their own, so they never match these).
+constexpr int kTag = 0x7a;
+
+// Reduce-scatter in rounds (see process_group_mpi.h): each round sends this rank's
+// piece of every other slice to its owner, receives every rank's piece of slice `rank`
+// into `received` (size x round elements, ours copied), and reduces them in rank order
+// into out. Returns the bytes staged.
+size_t reduce_scatter_rounds(MPI_Comm comm, int rank, int size, const void* in, void* out, int64_t count,
+                             DType dtype, ReduceOp op, size_t round_bytes) {
+  if (count == 0) return 0;
+  const size_t elem = dtype_size(dtype);
+  const size_t slice_bytes = static_cast<size_t>(count) * elem;
+  // At most INT_MAX bytes per message, as MPI counts are ints.
+  const int64_t round = round_elements(round_bytes, elem, count, INT_MAX);
+  std::vector<uint8_t> received(static_cast<size_t>(round) * elem * static_cast<size_t>(size));
+  std::vector<MPI_Request> requests(2 * static_cast<size_t>(size - 1), MPI_REQUEST_NULL);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (int64_t first = 0; first < count; first += round) {
+    const int64_t n = std::min(round, count - first);
+    const size_t piece = static_cast<size_t>(n) * elem;
+    const size_t at = static_cast<size_t>(first) * elem;
+    size_t k = 0;
+    for (int i = 1; i < size; ++i) {
+      const int from = (rank + size - i) % size;
+      TANDEM_MPI_CHECK(rank, MPI_Irecv(received.data() + static_cast<size_t>(from) * piece, static_cast<int>(piece),
+                                       MPI_BYTE, from, kTag, comm, &requests[k++]));
+    }
+    for (int i = 1; i < size; ++i) {
+      const int to = (rank + i) % size;
+      TANDEM_MPI_CHECK(rank, MPI_Isend(src + static_cast<size_t>(to) * slice_bytes + at, static_cast<int>(piece),
+                                       MPI_BYTE, to, kTag, comm, &requests[k++]));
+    }
+    std::memcpy(received.data() + static_cast<size_t>(rank) * piece, src + static_cast<size_t>(rank) * slice_bytes + at,
+                piece);
+    // Every send done before out is written: in place, out is our slice of `in`, which
+    // is never sent, and later rounds read only `in` past this round.
+    TANDEM_MPI_CHECK(rank, MPI_Waitall(static_cast<int>(k), requests.data(), MPI_STATUSES_IGNORE));
+    // In rank order: the result depends neither on the rounds nor on arrival order.
+    reduce_pieces_in_rank_order(dtype, engine_op(op), dst + at, received.data(), size, n);
+  }
+  return received.size();
+}
+
+// Ring all-gather in `out` itself (size x each bytes, this rank's input already in its
+// slice): in step s, rank r sends slice (r - s) to r + 1 and receives slice (r - s - 1)
+// from r - 1. Nothing staged; a step's messages are at most INT_MAX bytes each.
+void allgather_ring(MPI_Comm comm, int rank, int size, void* out, size_t each) {
+  auto* base = static_cast<uint8_t*>(out);
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  for (int s = 0; s < size - 1; ++s) {
+    const size_t send_slice = static_cast<size_t>((rank - s + size) % size);
+    const size_t recv_slice = static_cast<size_t>((rank - s - 1 + 2 * size) % size);
+    for (size_t at = 0; at < each; at += INT_MAX) {
+      const int n = static_cast<int>(std::min<size_t>(INT_MAX, each - at));
+      TANDEM_MPI_CHECK(rank, MPI_Sendrecv(base + send_slice * each + at, n, MPI_BYTE, right, kTag,
+                                          base + recv_slice * each + at, n, MPI_BYTE, left, kTag, comm,
+                                          MPI_STATUS_IGNORE));
+    }
+  }
+}
 
 // Runs on the creating thread before the group's comm thread makes any MPI call.
 void bootstrap_store(BackendArgs& args) {
@@ -81,7 +147,9 @@ std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args_in) {
 }
 
 ProcessGroupMPI::ProcessGroupMPI(const BackendArgs& args)
-    : ThreadedProcessGroup(Setup{"mpi", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}) {
+    : ThreadedProcessGroup(Setup{"mpi", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}),
+      round_bytes_(round_bytes_from_env()),
+      peak_temporary_(std::make_shared<PeakBytes>()) {
   // A duplicate keeps this group's messages apart from any other user of MPI.
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -144,33 +212,27 @@ std::shared_ptr<Work> ProcessGroupMPI::run_broadcast(const Collective& c) {
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::run_allgather(const Collective& c) {
-  const int n = count_of(c, c.in);
+  count_of(c, c.in);
   count_of(c, c.out);
-  return submit(c, [comm = comm_, c, n, rank = rank()] {
-    const MPI_Datatype type = mpi_datatype(c.dtype());
-    // MPI's in-place allgather takes this rank's input from its slice of the output,
-    // which is exactly our in-place convention.
-    const void* send = c.in_place ? MPI_IN_PLACE : c.in.data;
-    TANDEM_MPI_CHECK(rank, MPI_Allgather(send, n, type, c.out.data, n, type, comm));
+  return submit(c, [comm = comm_, c, rank = rank(), size = size()] {
+    // In place, this rank's slice of the output already holds its input.
+    auto* mine = static_cast<uint8_t*>(c.out.data) + static_cast<size_t>(rank) * c.in.bytes();
+    if (!c.in_place) std::memcpy(mine, c.in.data, c.in.bytes());
+    allgather_ring(comm, rank, size, c.out.data, c.in.bytes());
   });
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::run_reduce_scatter(const Collective& c) {
-  const int n = count_of(c, c.out);
+  count_of(c, c.out);
   count_of(c, c.in);
-  return submit(c, [comm = comm_, c, n, rank = rank(), size = size()] {
-    const MPI_Datatype type = mpi_datatype(c.dtype());
-    const MPI_Op op = mpi_op(c.reduce, c.dtype());
-    if (c.in_place) {
-      // MPI puts an in-place result at the front of the buffer; ours goes to slice `rank`.
-      TANDEM_MPI_CHECK(rank, MPI_Reduce_scatter_block(MPI_IN_PLACE, c.in.data, n, type, op, comm));
-      if (c.out.data != c.in.data) std::memmove(c.out.data, c.in.data, c.out.bytes());
-    } else {
-      TANDEM_MPI_CHECK(rank, MPI_Reduce_scatter_block(c.in.data, c.out.data, n, type, op, comm));
-    }
-    if (c.reduce == ReduceOp::avg) divide_elements(c.dtype(), c.out.data, n, size);
+  return submit(c, [comm = comm_, c, rank = rank(), size = size(), round = round_bytes_, peak = peak_temporary_] {
+    // In place, out is slice `rank` of in, as reduce_scatter_rounds allows.
+    peak->note(reduce_scatter_rounds(comm, rank, size, c.in.data, c.out.data, c.out.count, c.dtype(), c.reduce, round));
+    if (c.reduce == ReduceOp::avg) divide_elements(c.dtype(), c.out.data, c.out.count, size);
   });
 }
+
+size_t ProcessGroupMPI::peak_temporary_bytes() const { return peak_temporary_->get(); }
 
 std::shared_ptr<Work> ProcessGroupMPI::run_barrier(const Collective& c) {
   return submit(c, [comm = comm_, rank = rank()] { TANDEM_MPI_CHECK(rank, MPI_Barrier(comm)); });

@@ -9,7 +9,7 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "exposed_comm_ms", "optimizer_ms", "final_train_loss", "test_loss", "test_accuracy",
         "param_checksum", "replicas_identical", "buckets", "precision", "grad_reduce_dtype", "bf16_gemm",
         "zero", "optimizer_state_mb_per_rank", "buffer_checksum", "sync_batchnorm", "broadcast_buffers",
-        "activation_checkpointing"]
+        "activation_checkpointing", "peak_temporary_bytes", "peak_temporary_bytes_per_rank"]
 
 
 def fail(msg):
@@ -53,6 +53,11 @@ def main():
         fail(f"optimizer_state_mb_per_rank {state} is not one size per rank of {s['world_size']}")
     if s["zero"] == 0 and len(set(state)) > 1:
         fail(f"optimizer_state_mb_per_rank {state}: every rank of a plain run holds the whole state")
+    temporary = s["peak_temporary_bytes_per_rank"]
+    if len(temporary) != s["world_size"] or not all(isinstance(v, int) and v >= 0 for v in temporary):
+        fail(f"peak_temporary_bytes_per_rank {temporary} is not one byte count per rank of {s['world_size']}")
+    if s["peak_temporary_bytes"] != max(temporary):
+        fail(f"peak_temporary_bytes {s['peak_temporary_bytes']} is not the largest of {temporary}")
     if a.mode and s["mode"] != a.mode:
         fail(f"mode {s['mode']} != {a.mode}")
     if a.steps is not None and s["steps"] != a.steps:

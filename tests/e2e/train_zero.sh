@@ -8,7 +8,11 @@
 #     ZeRO-1 DDP(3) (== plain DDP(3) resumed from plain's checkpoint, parameters and
 #     optimizer file, so the state was scattered and gathered right at 3 uneven shards),
 #     in single and DP(2) (the same model; test loss within 1e-4 of DDP's after 20 more
-#     steps, single and DP sum the global batch in another order).
+#     steps, single and DP sum the global batch in another order);
+#  3. on gloo, whose reduce-scatter stages rounds of its own (collectives/rounds.h): ZeRO-1
+#     DDP(2) == plain DDP(2) bit for bit (two ranks add a + b in either order), and the
+#     summary's peak_temporary_bytes is world x the largest shard of a bucket (each
+#     shard is below the 1 MiB round), where shm's runs report 0.
 # The global batch is 48 in every run (24 x 2, 16 x 3, 48 x 1), so every resume continues
 # the same data order.
 source "$(dirname "$0")/lib.sh"
@@ -16,9 +20,10 @@ T="$BIN/tandem-train"
 RUN="$BIN/tandemrun"
 COMMON=(--data synthetic --synthetic-train 4096 --synthetic-test 512 --model mlp --hidden 50 --optimizer adamw
         --lr 1e-3 --weight-decay 0.1 --no-progress --threads 1 --epochs 100 --max-steps 40 --bucket-cap-mb 0.05)
-ddp() {  # ddp N BATCH ARGS...
+ddp() {  # ddp N BATCH ARGS... (BACKEND=shm unless set)
   local n="$1" b="$2"; shift 2
-  "$RUN" --nproc-per-node "$n" --master-port 0 -- "$T" "${COMMON[@]}" --mode ddp --backend shm --batch-size "$b" "$@"
+  "$RUN" --nproc-per-node "$n" --master-port 0 -- "$T" "${COMMON[@]}" --mode ddp --backend "${BACKEND:-shm}" \
+    --batch-size "$b" "$@"
 }
 
 # 1. Plain and ZeRO-1 side by side.
@@ -66,5 +71,23 @@ for k in ("z-single", "z-dp2", "z-zero3"):
     a, b = s[k]["test_loss"], s["plain2"]["test_loss"]
     assert abs(a - b) <= 1e-4 * abs(b), (k, a, b)
 print("resumed everywhere", s["plain2"]["param_checksum"], s["z-zero3"]["param_checksum"])
+PY
+
+# 3. gloo.
+BACKEND=gloo expect 0 "done:" -- ddp 2 24 --summary-json "$TMP/gloo-plain2.json"
+BACKEND=gloo expect 0 "done:" -- ddp 2 24 --zero 1 --summary-json "$TMP/gloo-zero2.json"
+expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/gloo-zero2.json" --mode ddp --steps 40 \
+  --same-checksum "$TMP/plain2.json"
+expect 0 "staged one round" -- python3 - "$TMP" <<'PY'
+import json, sys
+d = sys.argv[1]
+s = {k: json.load(open(f"{d}/{k}.json")) for k in ("gloo-plain2", "gloo-zero2", "zero2")}
+assert s["gloo-plain2"]["param_checksum"] == s["gloo-zero2"]["param_checksum"], "gloo: ZeRO-1 == plain DDP"
+assert s["zero2"]["peak_temporary_bytes_per_rank"] == [0, 0], s["zero2"]["peak_temporary_bytes_per_rank"]
+assert s["gloo-plain2"]["peak_temporary_bytes_per_rank"] == [0, 0], "plain DDP reduce-scatters nothing"
+# Each bucket is padded to a multiple of the world size and sharded: 2 x its largest shard.
+shard = max(-(-b["bytes"] // 8) * 4 for b in s["gloo-zero2"]["buckets"])
+assert s["gloo-zero2"]["peak_temporary_bytes_per_rank"] == [2 * shard] * 2, (s["gloo-zero2"]["peak_temporary_bytes_per_rank"], shard)
+print("staged one round", 2 * shard)
 PY
 finish
