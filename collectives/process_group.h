@@ -105,6 +105,19 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // backend stages nothing. Engine-internal buffers (Open MPI's, Gloo's) are not
   // counted: each backend's header says what its engine allocates.
   virtual size_t peak_temporary_bytes() const { return 0; }
+  // Host memory whose in-place all-reduces this backend runs where the data lies: its
+  // peers read it directly, so nothing is copied in (DDP's gradient buckets; the shm
+  // backend maps every rank's buffer into every other rank). A collective call: every
+  // rank must ask for the same sizes in the same order, as the reducer's buckets do.
+  // `data` is null where the backend offers none (the default), or could not set it up
+  // on some rank (all ranks then get null, and one of them logs why). The memory lives
+  // as long as `owner`. Ops on other buffers, and on these buffers where the ranks do
+  // not all pass theirs, run as usual.
+  struct SharedBuffer {
+    void* data = nullptr;
+    std::shared_ptr<void> owner;
+  };
+  virtual SharedBuffer allocate_shared_buffer(size_t bytes) { return {}; }
 
  protected:
   struct Setup {

@@ -31,7 +31,23 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = device_alloc(bytes, device);
 }
 
-Storage::~Storage() { device_free(data_, bytes_, device_); }
+Storage::Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner)
+    : data_(data), bytes_(bytes), device_(device), owner_(std::move(owner)) {
+  if (!owner_) throw std::invalid_argument("Storage: external memory needs an owner that frees it");
+}
+
+Storage::~Storage() {
+  if (!owner_) device_free(data_, bytes_, device_);
+}
+
+Tensor Tensor::from_external(void* data, const Shape& shape, DType dtype, Device device, std::shared_ptr<void> owner) {
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device, std::move(owner));
+  return t;
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;

@@ -63,6 +63,9 @@ std::string shape_str(const Shape& shape);  // "[256, 784]"
 class Storage {
  public:
   Storage(size_t bytes, Device device);
+  // Memory someone else allocated (e.g. a process group's shared buffer): not freed
+  // here; `owner` is released when the storage dies, and frees it.
+  Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -75,6 +78,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  std::shared_ptr<void> owner_;  // external memory only
 };
 
 class Tensor {
@@ -83,6 +87,8 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A tensor over `data` (at least shape's bytes, on `device`), kept alive by `owner`.
+  static Tensor from_external(void* data, const Shape& shape, DType dtype, Device device, std::shared_ptr<void> owner);
   // A CPU f32 tensor holding `values` (size must equal the shape's element count).
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
 

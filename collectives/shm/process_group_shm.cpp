@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "collectives/reduce_kernels.h"
+#include "collectives/shm/peer_buffers.h"
 #include "collectives/shm/shm_segment.h"
 
 namespace tandem {
@@ -106,6 +108,76 @@ void shm_allreduce_split(ShmSegment& seg, const Collective& c) {
   }
 }
 
+// What a rank passes to an all-reduce of at least kInBuffersMinBytes, in the first round
+// of it: the shared buffer (allocation id) and offset its data lies at, or id -1.
+struct BufferClaim {
+  int64_t id;
+  uint64_t offset;
+  uint64_t bytes;
+};
+
+// Rank q's share of n elements of `esize` bytes: [first, first + count), cut at
+// multiples of 64 bytes so that no two ranks write one cache line.
+void buffer_share(int64_t n, size_t esize, int w, int q, int64_t& first, int64_t& count) {
+  const int64_t align = static_cast<int64_t>(64 / esize);
+  const int64_t each = ((n + w - 1) / w + align - 1) / align * align;
+  first = std::min(n, q * each);
+  count = std::min(n, first + each) - first;
+}
+
+// The in-place all-reduce in the ranks' shared buffers (process_group_shm.h): round 1
+// agrees on the buffers and reduces this rank's share of every rank's buffer, in rank
+// order, into its own; round 2 copies the other shares from their owners' buffers;
+// round 3 closes (no rank writes its buffer again while a peer may still copy from it).
+// Returns false after round 1 when the ranks did not all pass the same shared buffer
+// and offset: they then all run the segment's algorithm instead.
+bool shm_allreduce_in_buffers(ShmSegment& seg, const Collective& c, const PeerBuffers::Region* region, size_t offset) {
+  const BufferClaim mine{region ? region->id : -1, offset, c.in.bytes()};
+  const int w = seg.size(), q = seg.rank();
+  const DType d = c.dtype();
+  const size_t esize = dtype_size(d);
+  const ReduceOp op = engine_op(c.reduce);
+  const auto at = [&](int r, int64_t element) { return region->base[r] + offset + static_cast<size_t>(element) * esize; };
+  bool agreed = mine.id >= 0;
+  seg.round([&](uint8_t* slot) { std::memcpy(slot, &mine, sizeof mine); },
+            [&] {
+              for (int r = 0; r < w; ++r) {
+                BufferClaim other;
+                std::memcpy(&other, seg.slot(r), sizeof other);
+                agreed = agreed && other.id == mine.id && other.offset == mine.offset && other.bytes == mine.bytes;
+              }
+              if (!agreed) return;
+              int64_t first, count;
+              buffer_share(c.in.count, esize, w, q, first, count);
+              // In cache-sized pieces; rank 0 and 1 sum into their own buffer (element i
+              // of both inputs is read before it is written), the others through a piece
+              // of scratch, as their own input joins the sum only at position q.
+              const int64_t piece = static_cast<int64_t>((size_t{64} << 10) / esize);
+              std::vector<uint8_t> scratch(q >= 2 ? static_cast<size_t>(std::min(piece, count)) * esize : 0);
+              for (int64_t e = first; e < first + count; e += piece) {
+                const int64_t n = std::min(piece, first + count - e);
+                uint8_t* out = at(q, e);
+                uint8_t* acc = q >= 2 ? scratch.data() : out;
+                reduce_elements(d, op, acc, at(0, e), at(1, e), n);
+                for (int r = 2; r < w; ++r) reduce_elements(d, op, acc, acc, at(r, e), n);
+                if (acc != out) std::memcpy(out, acc, static_cast<size_t>(n) * esize);
+                if (c.reduce == ReduceOp::avg) divide_elements(d, out, n, w);
+              }
+            });
+  if (!agreed) return false;
+  seg.round([](uint8_t*) {},
+            [&] {
+              for (int r = 0; r < w; ++r) {
+                if (r == q) continue;
+                int64_t first, count;
+                buffer_share(c.in.count, esize, w, r, first, count);
+                std::memcpy(at(q, first), at(r, first), static_cast<size_t>(count) * esize);
+              }
+            });
+  seg.round([](uint8_t*) {}, [] {});
+  return true;
+}
+
 // The world size from which all-reduces that span several rounds split the reduction:
 // kSplitMinRanks, or TANDEM_SHM_ALLREDUCE=direct|split (tuning; every rank of a job must
 // see the same value, as they see the same environment).
@@ -115,6 +187,15 @@ int split_min_ranks_from_env() {
     if (std::string(v) == "direct") return 1 << 30;
   }
   return kSplitMinRanks;
+}
+
+// TANDEM_SHM_BUFFERS=0: offer no shared buffers (every all-reduce copies through the
+// segment), to compare; 1 or unset: offer them. Anything else is an error.
+bool shared_buffers_from_env() {
+  const char* v = std::getenv("TANDEM_SHM_BUFFERS");
+  if (!v || !*v || std::string(v) == "1") return true;
+  if (std::string(v) == "0") return false;
+  throw CollectiveError(std::string("TANDEM_SHM_BUFFERS must be 0 or 1, not '") + v + "'");
 }
 
 void shm_broadcast(ShmSegment& seg, const Collective& c) {
@@ -170,7 +251,8 @@ void shm_reduce_scatter(ShmSegment& seg, const Collective& c) {
 
 ProcessGroupShm::ProcessGroupShm(const BackendArgs& args)
     : ThreadedProcessGroup(Setup{"shm", args.rank, args.size, args.timeout, args.store, args.server, args.node_rank}),
-      split_min_ranks_(split_min_ranks_from_env()) {
+      split_min_ranks_(split_min_ranks_from_env()),
+      shared_buffers_(shared_buffers_from_env()) {
   if (!args.store) throw CollectiveError("the shm backend needs a store to share its segment's name");
   ShmSegment::Options o;
   o.rank = args.rank;
@@ -195,6 +277,7 @@ ProcessGroupShm::ProcessGroupShm(const BackendArgs& args)
                  std::getenv("TANDEM_SHM_ALLREDUCE") ? "TANDEM_SHM_ALLREDUCE"
                                                      : std::to_string(args.size) + " ranks, split from " +
                                                            std::to_string(kSplitMinRanks));
+  peers_ = std::make_shared<PeerBuffers>(args.rank, args.size, segment_->name());
   if (args.check_ops) {
     check_ops_with([seg = segment_, timeout = timeout()](const OpFingerprint& mine, OpFingerprint* all, uint64_t) {
       start_op(*seg, timeout);
@@ -208,9 +291,28 @@ ProcessGroupShm::ProcessGroupShm(const BackendArgs& args)
 
 ProcessGroupShm::~ProcessGroupShm() { stop_comm_thread(); }
 
+ProcessGroup::SharedBuffer ProcessGroupShm::allocate_shared_buffer(size_t bytes) {
+  if (!shared_buffers_ || size() == 1 || bytes < kInBuffersMinBytes) return {};
+  std::string why;
+  auto region = peers_->allocate(bytes, *store()->clone(timeout()), timeout(), why);
+  if (!region) {
+    if (rank() == 0)
+      spdlog::warn("shm: no shared buffer of {} bytes ({}); its all-reduces copy through the segment", bytes, why);
+    return {};
+  }
+  return {region->base[static_cast<size_t>(rank())], region};
+}
+
 std::shared_ptr<Work> ProcessGroupShm::run_allreduce(const Collective& c) {
-  return submit(c, [seg = segment_, c, timeout = timeout(), split_from = split_min_ranks_] {
+  // Whether to try the shared buffers depends on the size only, the same on every rank
+  // (the op check holds them to it), so every rank runs the same rounds.
+  const bool claim = size() > 1 && c.in.bytes() >= kInBuffersMinBytes;
+  std::shared_ptr<PeerBuffers::Region> region;
+  size_t offset = 0;
+  if (claim && c.in_place) region = peers_->find(c.in.data, c.in.bytes(), offset);
+  return submit(c, [seg = segment_, c, timeout = timeout(), split_from = split_min_ranks_, claim, region, offset] {
     start_op(*seg, timeout);
+    if (claim && shm_allreduce_in_buffers(*seg, c, region.get(), offset)) return;
     if (seg->size() >= split_from && c.out.bytes() > seg->slot_bytes()) {
       shm_allreduce_split(*seg, c);
     } else {

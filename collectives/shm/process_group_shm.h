@@ -10,6 +10,15 @@
 //                   ops of several rounds instead reduce-scatter + all-gather: each rank
 //                   reduces its 1/W share into its result area, which every rank copies
 //                   out in the next round (pipelined with the next chunk's copy-in)
+//                   In place in shared buffers (allocate_shared_buffer: DDP's buckets),
+//                   no copy in: each rank reduces its 1/W share of every rank's buffer,
+//                   in rank order, into its own buffer, then copies the other shares
+//                   from their owners' buffers, then one closing round. Every all-reduce
+//                   of at least kInBuffersMinBytes starts with a round in which the
+//                   ranks say which shared buffer they passed; unless all passed the
+//                   same one, they all take the copying algorithms above. Same sums in
+//                   the same order: bit-identical to them. Ranks 2 and up sum through
+//                   64 KiB of scratch (their own input joins the sum at their position)
 //   broadcast       the root copies its chunk in; every rank copies it out
 //   allgather       every rank copies its chunk in; every rank copies all of them out
 //   reduce_scatter  every rank copies, per destination, its chunk of that slice; each
@@ -27,12 +36,19 @@
 namespace tandem {
 
 class ShmSegment;
+class PeerBuffers;
+
+// All-reduces from this size on may run in shared buffers (see above); smaller ones,
+// where one round is all they take, copy through the segment.
+constexpr size_t kInBuffersMinBytes = size_t{64} << 10;
 
 class ProcessGroupShm : public ThreadedProcessGroup {
  public:
   // Creates or attaches the group's segment through args.store (bounded by args.timeout).
   explicit ProcessGroupShm(const BackendArgs& args);
   ~ProcessGroupShm() override;
+
+  SharedBuffer allocate_shared_buffer(size_t bytes) override;
 
  protected:
   std::shared_ptr<Work> run_allreduce(const Collective& c) override;
@@ -43,7 +59,9 @@ class ProcessGroupShm : public ThreadedProcessGroup {
 
  private:
   std::shared_ptr<ShmSegment> segment_;
+  std::shared_ptr<PeerBuffers> peers_;
   int split_min_ranks_;  // world size from which large all-reduces split the reduction
+  bool shared_buffers_;  // allocate_shared_buffer offers them (TANDEM_SHM_BUFFERS)
 };
 
 }  // namespace tandem

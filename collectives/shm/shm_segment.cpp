@@ -169,6 +169,7 @@ ShmSegment::ShmSegment(const Options& o, Store& store)
   }
   // Everyone is attached: the name is no longer needed, and nothing outlives the job.
   if (rank_ == 0) shm_unlink(name.c_str());
+  name_ = name;
 }
 
 ShmSegment::~ShmSegment() {

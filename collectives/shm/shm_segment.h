@@ -56,6 +56,9 @@ class ShmSegment {
   int rank() const { return rank_; }
   int size() const { return size_; }
   size_t slot_bytes() const { return slot_bytes_; }
+  // The segment's name, the same on every rank (unlinked once all attached): a prefix
+  // unique to this job, attempt and group.
+  const std::string& name() const { return name_; }
 
   // Every wait of the rounds that follow gives up at `deadline` (the op's start plus
   // the group's timeout).
@@ -88,6 +91,7 @@ class ShmSegment {
   void* base_ = nullptr;
   size_t mapped_bytes_ = 0;
   uint64_t current_ = 0;  // the round in progress or last run
+  std::string name_;
 };
 
 }  // namespace tandem

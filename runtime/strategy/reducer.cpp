@@ -88,7 +88,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     // Filled one gradient at a time, each old one released as soon as it is copied, so
     // that at most one parameter's gradient is held twice (not the whole model's): the
     // buffer's untouched pages are not resident yet.
-    bucket.flat = Tensor::empty({padded}, first.dtype(), first.device());
+    bucket.flat = allocate_flat(padded, first.dtype(), first.device());
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       Parameter& p = *params_[bucket.params[j]];
       Tensor view = bucket.flat.view(bucket.offsets[j], p.value.shape());
@@ -112,6 +112,21 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   }
   buckets_ = std::move(buckets);
   next_launch_ = 0;
+}
+
+Tensor Reducer::allocate_flat(int64_t numel, DType dtype, Device device) {
+  // The backend's shared buffer where it offers one (shm: peers reduce it where backward
+  // wrote it, no copy in): for plain all-reduced buckets on the host. Every rank asks
+  // for the same sizes in the same order (the buckets are cut alike everywhere). Not
+  // under ZeRO: each rank reads 1/W of every peer's buffer there, and peak RSS would
+  // count those shared pages against the optimizer state it saves.
+  const bool shared = options_.communicate && options_.zero_stage == 0 && !options_.custom_hook &&
+                      options_.hook == CommHookKind::none && device.is_cpu() && group_->size() > 1;
+  if (shared) {
+    ProcessGroup::SharedBuffer buffer = group_->allocate_shared_buffer(static_cast<size_t>(numel) * dtype_size(dtype));
+    if (buffer.data) return Tensor::from_external(buffer.data, {numel}, dtype, device, std::move(buffer.owner));
+  }
+  return Tensor::empty({numel}, dtype, device);
 }
 
 void Reducer::prepare_for_backward() {

@@ -1,7 +1,8 @@
 // Reducer: DDP's gradient buckets, whose all-reduce overlaps backward.
 //
 // Every parameter gradient is a view into one bucket's flat buffer (no copy between
-// gradient and bucket). Buckets are cut in reverse registration order (the order
+// gradient and bucket). The buffer is the backend's shared buffer where it offers one
+// (ProcessGroup::allocate_shared_buffer; shm: its peers reduce it where it lies). Buckets are cut in reverse registration order (the order
 // backward produces gradients), at most `bucket_cap` bytes each, the first at most
 // `first_bucket_cap` so the last layers' gradients start communicating early; a bucket
 // never mixes dtypes or devices, and a parameter larger than the cap gets its own.
@@ -103,6 +104,8 @@ class Reducer {
   // Groups parameters (in `order`) into buckets and rebinds their gradients as views,
   // copying the current gradient values into the new buffers.
   void build_buckets(const std::vector<size_t>& order);
+  // A bucket's buffer: the group's shared buffer when it offers one (a collective call).
+  Tensor allocate_flat(int64_t numel, DType dtype, Device device);
   void launch(size_t bucket_index);
   void launch_ready_in_order();
   std::string missing_report() const;
