@@ -1,6 +1,9 @@
 // CommThread: a FIFO of collectives run by one thread (see comm_thread.h).
 #include "collectives/comm_thread.h"
 
+#include <pthread.h>
+#include <time.h>
+
 #include <future>
 
 #include <spdlog/spdlog.h>
@@ -127,6 +130,16 @@ void CommThread::loop(std::shared_ptr<State> state) {
   }
   state->exited = true;
   state->cv.notify_all();
+}
+
+std::optional<std::chrono::nanoseconds> CommThread::cpu_time() const {
+  if (shut_down_ || !thread_.joinable()) return std::nullopt;
+  clockid_t clock;
+  timespec ts{};
+  if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &clock) != 0 ||
+      clock_gettime(clock, &ts) != 0)
+    return std::nullopt;
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 bool CommThread::shutdown(std::chrono::milliseconds grace) {

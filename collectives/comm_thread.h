@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -48,6 +49,10 @@ class CommThread {
   // Runs `fn` on the communication thread after all queued tasks and waits for it
   // (for engine calls that must not race the thread, e.g. MPI under THREAD_SERIALIZED).
   void run_inline(const Task& fn);
+
+  // CPU time the thread has used so far (its tasks, and its polling before it parks);
+  // nullopt once it was shut down.
+  std::optional<std::chrono::nanoseconds> cpu_time() const;
 
  private:
   struct Item {

@@ -105,6 +105,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // backend stages nothing. Engine-internal buffers (Open MPI's, Gloo's) are not
   // counted: each backend's header says what its engine allocates.
   virtual size_t peak_temporary_bytes() const { return 0; }
+  // CPU time this group's communication thread(s) have used so far: the copies, sums and
+  // engine calls of its ops, and their polling. nullopt where the backend has none (nccl
+  // works on the device) or it was shut down. DDP's accounting (summary.json comm_cpu_ms).
+  virtual std::optional<std::chrono::nanoseconds> comm_thread_cpu_time() const { return std::nullopt; }
   // Host memory whose in-place all-reduces this backend runs where the data lies: its
   // peers read it directly, so nothing is copied in (DDP's gradient buckets; the shm
   // backend maps every rank's buffer into every other rank). A collective call: every

@@ -24,6 +24,9 @@
 namespace tandem {
 
 class ThreadedProcessGroup : public ProcessGroup {
+ public:
+  std::optional<std::chrono::nanoseconds> comm_thread_cpu_time() const override { return comm_.cpu_time(); }
+
  protected:
   explicit ThreadedProcessGroup(Setup setup);
 

@@ -57,6 +57,8 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"backward_ms", s.phase_means.backward_ms},
       {"comm_ms", s.phase_means.comm_ms},
       {"exposed_comm_ms", s.phase_means.exposed_comm_ms},
+      {"process_cpu_ms", s.process_cpu_ms},
+      {"comm_cpu_ms", opt(s.comm_cpu_ms)},
       {"optimizer_ms", s.phase_means.optimizer_ms},
       {"final_train_loss", opt(s.final_train_loss)},
       {"test_loss", opt(s.test_loss)},

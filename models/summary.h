@@ -24,6 +24,10 @@ struct RunSummary {
   std::optional<double> tokens_per_s;  // language models: training tokens (positions) per second
   StepTimingStats step_ms;
   PhaseTimes phase_means;  // per timed step
+  // CPU time per timed step on rank 0: all of its threads', and its process group's
+  // communication thread(s)' (unset without one: single, DP, nccl).
+  double process_cpu_ms = 0;
+  std::optional<double> comm_cpu_ms;
   std::optional<double> final_train_loss;  // null when this run trained no step
   std::optional<double> test_loss, test_accuracy;
   std::string param_checksum;

@@ -1,6 +1,8 @@
 // tandem-train's trainer (models/trainer.h): the loop on the public API's strategy.
 #include "models/trainer.h"
 
+#include <time.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,7 +166,25 @@ StepOutput Trainer::forward_backward_step(std::span<const Batch> micro, PhaseTim
   return strategy_->forward_backward(micro, phases);  // forward, loss, backward; gradients synchronised
 }
 
+namespace {
+
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+std::optional<double> comm_cpu_ms(const ProcessGroup* group) {
+  const auto t = group ? group->comm_thread_cpu_time() : std::nullopt;
+  if (!t) return std::nullopt;
+  return std::chrono::duration<double, std::milli>(*t).count();
+}
+
+}  // namespace
+
 void Trainer::train_step(std::span<const Batch> micro, std::chrono::steady_clock::time_point t0) {
+  const double cpu0 = process_cpu_ms();
+  const std::optional<double> comm0 = comm_cpu_ms(options_.group.get());
   PhaseTimes phases;
   StepOutput out = forward_backward_step(micro, phases);
   {
@@ -178,6 +198,10 @@ void Trainer::train_step(std::span<const Batch> micro, std::chrono::steady_clock
   if (steps_this_run_++ >= untimed_) {  // warm-up counted from this process's start
     step_ms_.push_back(ms);
     timed_phases_ += phases;
+    timed_process_cpu_ms_ += process_cpu_ms() - cpu0;
+    const std::optional<double> comm1 = comm_cpu_ms(options_.group.get());
+    comm_cpu_known_ = comm0 && comm1;
+    if (comm_cpu_known_) timed_comm_cpu_ms_ += *comm1 - *comm0;
   }
   ++step_;
   ++epoch_steps_;
@@ -275,6 +299,8 @@ RunSummary Trainer::summary() const {
     s.samples_per_s = n * static_cast<double>(global_batch_) / (total_ms / 1000.0);
     if (data_.text) s.tokens_per_s = s.samples_per_s * static_cast<double>(c_.context);
     s.phase_means = timed_phases_.divided_by(n);
+    s.process_cpu_ms = timed_process_cpu_ms_ / n;
+    if (comm_cpu_known_) s.comm_cpu_ms = timed_comm_cpu_ms_ / n;
   }
   s.step_ms = step_timing_stats(step_ms_);
   if (trained_any_) s.final_train_loss = st.global_loss(last_loss_);

@@ -77,6 +77,10 @@ class Trainer {
   // What the summary reports.
   std::vector<double> step_ms_;
   PhaseTimes timed_phases_;
+  // CPU time of the timed steps: the whole process's, and the process group's comm
+  // thread(s)' (comm_cpu_known_ false when the group has none).
+  double timed_process_cpu_ms_ = 0, timed_comm_cpu_ms_ = 0;
+  bool comm_cpu_known_ = false;
   std::chrono::steady_clock::time_point run_t0_;
   // The epoch's running figures, for its log line and progress bar.
   double epoch_loss_sum_ = 0, epoch_ms_ = 0;

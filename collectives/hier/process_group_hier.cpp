@@ -288,6 +288,16 @@ size_t ProcessGroupHier::peak_temporary_bytes() const {
   return bytes;
 }
 
+std::optional<std::chrono::nanoseconds> ProcessGroupHier::comm_thread_cpu_time() const {
+  auto total = ThreadedProcessGroup::comm_thread_cpu_time();
+  for (const auto& g : {state_->node_group, state_->leaders_group}) {
+    if (!g || !total) continue;
+    const auto sub = g->comm_thread_cpu_time();
+    total = sub ? std::optional(*total + *sub) : std::nullopt;
+  }
+  return total;
+}
+
 std::shared_ptr<Work> ProcessGroupHier::run_barrier(const Collective& c) {
   return submit(c, [s = state_] { hier_barrier(*s); });
 }

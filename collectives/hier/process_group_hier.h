@@ -45,6 +45,8 @@ class ProcessGroupHier : public ThreadedProcessGroup {
   ~ProcessGroupHier() override;
 
   size_t peak_temporary_bytes() const override;
+  // Its own thread's, plus the node and leaders groups' (their threads run the stages).
+  std::optional<std::chrono::nanoseconds> comm_thread_cpu_time() const override;
 
  protected:
   std::shared_ptr<Work> run_allreduce(const Collective& c) override;

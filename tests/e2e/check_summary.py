@@ -9,7 +9,8 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "exposed_comm_ms", "optimizer_ms", "final_train_loss", "test_loss", "test_accuracy",
         "param_checksum", "replicas_identical", "buckets", "precision", "grad_reduce_dtype", "bf16_gemm",
         "zero", "optimizer_state_mb_per_rank", "buffer_checksum", "sync_batchnorm", "broadcast_buffers",
-        "activation_checkpointing", "peak_temporary_bytes", "peak_temporary_bytes_per_rank"]
+        "activation_checkpointing", "peak_temporary_bytes", "peak_temporary_bytes_per_rank",
+        "process_cpu_ms", "comm_cpu_ms"]
 
 
 def fail(msg):
@@ -58,6 +59,13 @@ def main():
         fail(f"peak_temporary_bytes_per_rank {temporary} is not one byte count per rank of {s['world_size']}")
     if s["peak_temporary_bytes"] != max(temporary):
         fail(f"peak_temporary_bytes {s['peak_temporary_bytes']} is not the largest of {temporary}")
+    if not s["process_cpu_ms"] > 0:
+        fail(f"process_cpu_ms {s['process_cpu_ms']} is not positive")
+    comm_cpu = s["comm_cpu_ms"]
+    if s["mode"] == "ddp" and s["device"] == "cpu" and not (isinstance(comm_cpu, (int, float)) and comm_cpu >= 0):
+        fail(f"comm_cpu_ms {comm_cpu}: a CPU DDP run's comm thread has a CPU time")
+    if s["mode"] != "ddp" and comm_cpu is not None:
+        fail(f"comm_cpu_ms {comm_cpu} in mode {s['mode']}, which has no comm thread")
     if a.mode and s["mode"] != a.mode:
         fail(f"mode {s['mode']} != {a.mode}")
     if a.steps is not None and s["steps"] != a.steps:
