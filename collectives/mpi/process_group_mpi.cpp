@@ -68,22 +68,26 @@ size_t reduce_scatter_rounds(MPI_Comm comm, int rank, int size, const void* in, 
   return received.size();
 }
 
-// Ring all-gather in `out` itself (size x each bytes, this rank's input already in its
-// slice): in step s, rank r sends slice (r - s) to r + 1 and receives slice (r - s - 1)
-// from r - 1. Nothing staged; a step's messages are at most INT_MAX bytes each.
-void allgather_ring(MPI_Comm comm, int rank, int size, void* out, size_t each) {
+// Ring all-gather in `out` itself (size x each bytes): in step s, rank r sends slice
+// (r - s) to r + 1 and receives slice (r - s - 1) from r - 1. Step 0 sends `mine` (this
+// rank's input, or its slice of `out` in place) where it lies; out of place it is copied
+// into its slice last, once the peers have what they need. Nothing staged; a step's
+// messages are at most INT_MAX bytes each.
+void allgather_ring(MPI_Comm comm, int rank, int size, const void* mine, void* out, size_t each) {
   auto* base = static_cast<uint8_t*>(out);
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
   for (int s = 0; s < size - 1; ++s) {
     const size_t send_slice = static_cast<size_t>((rank - s + size) % size);
     const size_t recv_slice = static_cast<size_t>((rank - s - 1 + 2 * size) % size);
+    const auto* send = s == 0 ? static_cast<const uint8_t*>(mine) : base + send_slice * each;
     for (size_t at = 0; at < each; at += INT_MAX) {
       const int n = static_cast<int>(std::min<size_t>(INT_MAX, each - at));
-      TANDEM_MPI_CHECK(rank, MPI_Sendrecv(base + send_slice * each + at, n, MPI_BYTE, right, kTag,
-                                          base + recv_slice * each + at, n, MPI_BYTE, left, kTag, comm,
-                                          MPI_STATUS_IGNORE));
+      TANDEM_MPI_CHECK(rank, MPI_Sendrecv(send + at, n, MPI_BYTE, right, kTag, base + recv_slice * each + at, n,
+                                          MPI_BYTE, left, kTag, comm, MPI_STATUS_IGNORE));
     }
   }
+  uint8_t* own = base + static_cast<size_t>(rank) * each;
+  if (mine != own) std::memcpy(own, mine, each);
 }
 
 // Runs on the creating thread before the group's comm thread makes any MPI call.
@@ -215,10 +219,8 @@ std::shared_ptr<Work> ProcessGroupMPI::run_allgather(const Collective& c) {
   count_of(c, c.in);
   count_of(c, c.out);
   return submit(c, [comm = comm_, c, rank = rank(), size = size()] {
-    // In place, this rank's slice of the output already holds its input.
-    auto* mine = static_cast<uint8_t*>(c.out.data) + static_cast<size_t>(rank) * c.in.bytes();
-    if (!c.in_place) std::memcpy(mine, c.in.data, c.in.bytes());
-    allgather_ring(comm, rank, size, c.out.data, c.in.bytes());
+    // In place, c.in is this rank's slice of the output.
+    allgather_ring(comm, rank, size, c.in.data, c.out.data, c.in.bytes());
   });
 }
 
