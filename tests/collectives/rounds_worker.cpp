@@ -22,39 +22,15 @@
 #include <vector>
 
 #include "collectives/init.h"
+#include "tests/collectives/worker_check.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/rounds.h"
 
 using namespace tandem;
+using namespace tandem_test;
 
 namespace {
 
-int g_rank = -1;
-int g_failures = 0;
-int g_checks = 0;
-
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    ++g_checks;                                                                          \
-    if (!(cond)) {                                                                       \
-      ++g_failures;                                                                      \
-      std::printf("rank %d: FAIL %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond);       \
-      std::printf(__VA_ARGS__);                                                          \
-      std::printf("\n");                                                                 \
-    }                                                                                    \
-  } while (0)
-
-const char* dtype_label(DType d) {
-  switch (d) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
-  }
-  return "?";
-}
 
 long maxrss_kib() {
   rusage u{};
@@ -125,7 +101,7 @@ struct Host {
 
 void reduce_scatter(Setup& s, DType d, ReduceOp op, int64_t n, bool in_place) {
   const int W = s.world;
-  const std::string what = std::string("reduce_scatter ") + dtype_label(d) + " " + reduce_op_str(op) + " " +
+  const std::string what = std::string("reduce_scatter ") + dtype_name(d) + " " + reduce_op_str(op) + " " +
                            std::to_string(n) + "/rank" + (in_place ? " in place" : "");
   Host in(d, W * n + 1), out(d, n + 1);
   for (int64_t i = 0; i < W * n; ++i) in.set(i, value(d, s.rank, i));
@@ -165,7 +141,7 @@ void reduce_scatter(Setup& s, DType d, ReduceOp op, int64_t n, bool in_place) {
 
 void allgather(Setup& s, DType d, int64_t n, bool in_place) {
   const int W = s.world;
-  const std::string what = std::string("allgather ") + dtype_label(d) + " " + std::to_string(n) + "/rank" +
+  const std::string what = std::string("allgather ") + dtype_name(d) + " " + std::to_string(n) + "/rank" +
                            (in_place ? " in place" : "");
   Host in(d, n), out(d, W * n + 1);
   // Rank r's element k is value(r, r * n + k): every slice differs from every other.

@@ -21,26 +21,14 @@
 #include <vector>
 
 #include "collectives/init.h"
+#include "tests/collectives/worker_check.h"
 #include "collectives/reduce_kernels.h"
 
 using namespace tandem;
+using namespace tandem_test;
 
 namespace {
 
-int g_rank = -1;
-int g_failures = 0;
-int g_checks = 0;
-
-#define CHECK(cond, ...)                                                           \
-  do {                                                                             \
-    ++g_checks;                                                                    \
-    if (!(cond)) {                                                                 \
-      ++g_failures;                                                                \
-      std::printf("rank %d: FAIL %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                                    \
-      std::printf("\n");                                                           \
-    }                                                                              \
-  } while (0)
 
 // Mappings of this process whose path contains `part`.
 int mappings_with(const std::string& part) {

@@ -26,26 +26,14 @@
 #include <vector>
 
 #include "collectives/init.h"
+#include "tests/collectives/worker_check.h"
 #include "collectives/reduce_kernels.h"
 
 using namespace tandem;
+using namespace tandem_test;
 
 namespace {
 
-int g_failures = 0;  // test-program tally (main's only state)
-int g_checks = 0;
-int g_rank = -1;
-
-#define CHECK(cond, ...)                                                    \
-  do {                                                                      \
-    ++g_checks;                                                             \
-    if (!(cond)) {                                                          \
-      ++g_failures;                                                         \
-      std::printf("rank %d: FAIL %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                             \
-      std::printf("\n");                                                    \
-    }                                                                       \
-  } while (0)
 
 // Rank r's element i: small positive integers, exact in every dtype when summed (at
 // most 13 * size; u8 and bf16 hold every integer up to 255 and 256). Periodic in i
