@@ -20,7 +20,8 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
   auto work = std::make_shared<CompletionWork>(c, timeout(), on_timeout);
   // Nothing to move: skip the engine, but still go through the queue so handles keep
   // completing in issue order.
-  if (c.op != OpType::barrier && c.bytes() == 0) engine_call = [] {};
+  if (c.op != OpType::barrier && c.bytes() == 0)
+    engine_call = check_only_ ? std::function<void()>([check = check_only_, c] { check(c); }) : [] {};
   CommThread::Task prepare;
   if (start_) {
     auto check = std::make_shared<PendingCheck>(c, size());

@@ -43,6 +43,10 @@ class ThreadedProcessGroup : public ProcessGroup {
   // op's exchange is posted when the op before it starts, so back-to-back ops do not
   // wait for each other once more per op.
   void check_ops_early_with(FingerprintStart start) { start_ = std::move(start); }
+  // Or the engine checks every op itself, inside the op's own first exchange (shm):
+  // nothing is added around its ops, and a zero-byte op, which moves nothing, runs
+  // `check_only` in its turn instead.
+  void check_ops_in_engine(std::function<void(const Collective&)> check_only) { check_only_ = std::move(check_only); }
 
   bool accepts(Device device) const override { return device.is_cpu(); }
 
@@ -56,6 +60,7 @@ class ThreadedProcessGroup : public ProcessGroup {
   CommThread comm_;
   FingerprintGather gather_;  // empty (and start_ empty): the op check is off
   FingerprintStart start_;
+  std::function<void(const Collective&)> check_only_;  // set: the engine checks its ops
 };
 
 }  // namespace tandem

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/op_check.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/shm/peer_buffers.h"
 #include "collectives/shm/shm_segment.h"
@@ -35,8 +36,18 @@ size_t slot_bytes_from_env() {
 // see collectives/README.md).
 constexpr int kSplitMinRanks = 3;
 
-void start_op(ShmSegment& seg, std::chrono::milliseconds timeout) {
+// Starts op c's rounds: their deadline, and, with the op check on, its fingerprint in
+// the first round (ShmSegment::check_next_round: no round of its own).
+void start_op(ShmSegment& seg, std::chrono::milliseconds timeout, const Collective& c, bool check) {
   seg.set_deadline(std::chrono::steady_clock::now() + timeout);
+  if (!check) return;
+  static_assert(sizeof(OpFingerprint) == ShmSegment::kFingerprintBytes);
+  const OpFingerprint mine = fingerprint_of(c);
+  seg.check_next_round(&mine, [&seg, c] {
+    std::vector<OpFingerprint> all(static_cast<size_t>(seg.size()));
+    for (int r = 0; r < seg.size(); ++r) std::memcpy(&all[r], seg.fingerprint(r), sizeof(OpFingerprint));
+    if (std::string error = disagreement(c, all); !error.empty()) throw CollectiveError(error);
+  });
 }
 
 // out = slot(0) op slot(1) op ... in rank order, `count` elements at byte `at` of each slot.
@@ -278,13 +289,12 @@ ProcessGroupShm::ProcessGroupShm(const BackendArgs& args)
                                                      : std::to_string(args.size) + " ranks, split from " +
                                                            std::to_string(kSplitMinRanks));
   peers_ = std::make_shared<PeerBuffers>(args.rank, args.size, segment_->name());
-  if (args.check_ops) {
-    check_ops_with([seg = segment_, timeout = timeout()](const OpFingerprint& mine, OpFingerprint* all, uint64_t) {
-      start_op(*seg, timeout);
-      seg->round([&](uint8_t* slot) { std::memcpy(slot, &mine, sizeof mine); },
-                 [&] {
-                   for (int r = 0; r < seg->size(); ++r) std::memcpy(&all[r], seg->slot(r), sizeof(OpFingerprint));
-                 });
+  check_ = args.check_ops;
+  if (check_) {
+    // A zero-byte op moves nothing, but its ranks still compare fingerprints: one round.
+    check_ops_in_engine([seg = segment_, timeout = timeout()](const Collective& c) {
+      start_op(*seg, timeout, c, true);
+      seg->round([](uint8_t*) {}, [] {});
     });
   }
 }
@@ -310,8 +320,8 @@ std::shared_ptr<Work> ProcessGroupShm::run_allreduce(const Collective& c) {
   std::shared_ptr<PeerBuffers::Region> region;
   size_t offset = 0;
   if (claim && c.in_place) region = peers_->find(c.in.data, c.in.bytes(), offset);
-  return submit(c, [seg = segment_, c, timeout = timeout(), split_from = split_min_ranks_, claim, region, offset] {
-    start_op(*seg, timeout);
+  return submit(c, [seg = segment_, c, timeout = timeout(), split_from = split_min_ranks_, claim, region, offset, check = check_] {
+    start_op(*seg, timeout, c, check);
     if (claim && shm_allreduce_in_buffers(*seg, c, region.get(), offset)) return;
     if (seg->size() >= split_from && c.out.bytes() > seg->slot_bytes()) {
       shm_allreduce_split(*seg, c);
@@ -322,29 +332,29 @@ std::shared_ptr<Work> ProcessGroupShm::run_allreduce(const Collective& c) {
 }
 
 std::shared_ptr<Work> ProcessGroupShm::run_broadcast(const Collective& c) {
-  return submit(c, [seg = segment_, c, timeout = timeout()] {
-    start_op(*seg, timeout);
+  return submit(c, [seg = segment_, c, timeout = timeout(), check = check_] {
+    start_op(*seg, timeout, c, check);
     shm_broadcast(*seg, c);
   });
 }
 
 std::shared_ptr<Work> ProcessGroupShm::run_allgather(const Collective& c) {
-  return submit(c, [seg = segment_, c, timeout = timeout()] {
-    start_op(*seg, timeout);
+  return submit(c, [seg = segment_, c, timeout = timeout(), check = check_] {
+    start_op(*seg, timeout, c, check);
     shm_allgather(*seg, c);
   });
 }
 
 std::shared_ptr<Work> ProcessGroupShm::run_reduce_scatter(const Collective& c) {
-  return submit(c, [seg = segment_, c, timeout = timeout()] {
-    start_op(*seg, timeout);
+  return submit(c, [seg = segment_, c, timeout = timeout(), check = check_] {
+    start_op(*seg, timeout, c, check);
     shm_reduce_scatter(*seg, c);
   });
 }
 
 std::shared_ptr<Work> ProcessGroupShm::run_barrier(const Collective& c) {
-  return submit(c, [seg = segment_, timeout = timeout()] {
-    start_op(*seg, timeout);
+  return submit(c, [seg = segment_, c, timeout = timeout(), check = check_] {
+    start_op(*seg, timeout, c, check);
     seg->round([](uint8_t*) {}, [] {});
   });
 }

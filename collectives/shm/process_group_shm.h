@@ -25,7 +25,9 @@
 //                   rank reduces its own slice's pieces in rank order
 //   barrier         one empty round
 // Invariant: every rank runs the same rounds in the same order, so the k-th round is
-// the same step of the same op everywhere; the op check's exchange is a round too.
+// the same step of the same op everywhere. The op check rides in each op's first round
+// (every rank's fingerprint beside its slot, compared before any data is consumed);
+// only a zero-byte op takes a round for it alone.
 #pragma once
 
 #include <memory>
@@ -62,6 +64,7 @@ class ProcessGroupShm : public ThreadedProcessGroup {
   std::shared_ptr<PeerBuffers> peers_;
   int split_min_ranks_;  // world size from which large all-reduces split the reduction
   bool shared_buffers_;  // allocate_shared_buffer offers them (TANDEM_SHM_BUFFERS)
+  bool check_ = true;    // the op check, folded into each op's first round
 };
 
 }  // namespace tandem

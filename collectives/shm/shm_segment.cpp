@@ -55,8 +55,11 @@ struct ShmRankState {
   alignas(64) std::atomic<uint64_t> consumed;
   alignas(64) std::atomic<int64_t> pid;
   std::atomic<uint64_t> heartbeat;  // rounds completed plus waits in progress
+  // The op check's fingerprint of the op whose first round this was, by round parity
+  // (like the slots: parity k % 2 is rewritten no earlier than round k + 2).
+  alignas(64) uint8_t fingerprint[2][ShmSegment::kFingerprintBytes];
 };
-static_assert(sizeof(ShmRankState) == 192);
+static_assert(sizeof(ShmRankState) == 256);
 
 namespace {
 
@@ -172,6 +175,13 @@ ShmSegment::ShmSegment(const Options& o, Store& store)
   name_ = name;
 }
 
+void ShmSegment::check_next_round(const void* mine, std::function<void()> verify) {
+  std::memcpy(fingerprint_, mine, kFingerprintBytes);
+  verify_ = std::move(verify);
+}
+
+const uint8_t* ShmSegment::fingerprint(int r) const { return state(r).fingerprint[current_ & 1]; }
+
 ShmSegment::~ShmSegment() {
   if (base_) munmap(base_, mapped_bytes_);
 }
@@ -234,8 +244,15 @@ void ShmSegment::round(const std::function<void(uint8_t* mine)>& fill, const std
   // My slot k % 2 was last read by the peers in round k - 2.
   if (k > 2) wait_peers(Awaited::consumed, k - 2);
   fill(slot_at(rank_, k & 1));
+  const bool checked = static_cast<bool>(verify_);
+  if (checked) std::memcpy(me.fingerprint[k & 1], fingerprint_, kFingerprintBytes);
   me.arrived.store(k, std::memory_order_release);
   wait_peers(Awaited::arrived, k);
+  if (checked) {
+    const auto verify = std::move(verify_);
+    verify_ = nullptr;
+    verify();  // throws when the ranks disagree: every rank sees the same fingerprints
+  }
   consume();
   me.consumed.store(k, std::memory_order_release);
   me.heartbeat.fetch_add(1, std::memory_order_relaxed);

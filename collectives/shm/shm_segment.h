@@ -67,6 +67,13 @@ class ShmSegment {
   // Runs one round: fill(my slot), then consume(slot of rank r, for every r via slot()).
   // Not thread-safe: only the comm thread calls it.
   void round(const std::function<void(uint8_t* mine)>& fill, const std::function<void()>& consume);
+  // The op check, folded into an op's first round: the next round also publishes these
+  // kFingerprintBytes of `mine` and, once every rank arrived, runs verify (before
+  // consume), which reads every rank's through fingerprint(r) and throws if they
+  // disagree. Every rank sees the same bytes, so every rank decides alike.
+  static constexpr size_t kFingerprintBytes = 32;
+  void check_next_round(const void* mine, std::function<void()> verify);
+  const uint8_t* fingerprint(int r) const;
   // Rank r's slot of the current round (valid inside consume).
   const uint8_t* slot(int r) const { return slot_at(r, current_ & 1); }
   // Result areas: a rank writes its own during round k's consume; peers may read it
@@ -91,6 +98,8 @@ class ShmSegment {
   void* base_ = nullptr;
   size_t mapped_bytes_ = 0;
   uint64_t current_ = 0;  // the round in progress or last run
+  uint8_t fingerprint_[kFingerprintBytes] = {};
+  std::function<void()> verify_;  // set: the next round carries fingerprint_
   std::string name_;
 };
 
