@@ -146,6 +146,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
+  // The server has closed or dropped us: abort the connection (RST) rather than leave it
+  // in TIME_WAIT. At 2,500 inputs/s the client's TIME_WAIT sockets used up the
+  // ephemeral ports and connect() failed after about 32,000 inputs (a CI run).
+  linger abort_on_close{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
   close(fd);
   return 0;
 }
