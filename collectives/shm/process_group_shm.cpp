@@ -43,7 +43,10 @@ void start_op(ShmSegment& seg, std::chrono::milliseconds timeout, const Collecti
   if (!check) return;
   static_assert(sizeof(OpFingerprint) == ShmSegment::kFingerprintBytes);
   const OpFingerprint mine = fingerprint_of(c);
-  seg.check_next_round(&mine, [&seg, c] {
+  // By reference: the next round runs inside this same task, while c (the task's own
+  // copy) lives, and two pointers fit std::function's inline storage (no allocation
+  // per op on the small-op path).
+  seg.check_next_round(&mine, [&seg, &c] {
     std::vector<OpFingerprint> all(static_cast<size_t>(seg.size()));
     for (int r = 0; r < seg.size(); ++r) std::memcpy(&all[r], seg.fingerprint(r), sizeof(OpFingerprint));
     if (std::string error = disagreement(c, all); !error.empty()) throw CollectiveError(error);
