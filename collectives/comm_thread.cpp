@@ -21,12 +21,12 @@ CommThread::~CommThread() {
   if (!shut_down_) shutdown(std::chrono::milliseconds(0));
 }
 
-void CommThread::submit(std::shared_ptr<CompletionWork> work, Task task, Task prepare) {
+void CommThread::submit(std::shared_ptr<CompletionWork> work, Task task) {
   std::string broken;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->broken.empty()) {
-      state_->queue.push_back({std::move(work), std::move(task), std::move(prepare)});
+      state_->queue.push_back({std::move(work), std::move(task)});
       state_->events.fetch_add(1, std::memory_order_release);
     } else {
       broken = state_->broken;
@@ -69,7 +69,7 @@ void CommThread::run_inline(const Task& fn) {
                                } catch (...) {
                                  done->set_exception(std::current_exception());
                                }
-                             }, Task{}});
+                             }});
     state_->events.fetch_add(1, std::memory_order_release);
   }
   state_->cv.notify_all();
@@ -91,9 +91,6 @@ void CommThread::loop(std::shared_ptr<State> state) {
     if (state->queue.empty()) break;  // stop requested and drained
     Item item = std::move(state->queue.front());
     state->queue.pop_front();
-    // The next op's background part starts before this op runs, so it progresses
-    // while this one moves data (see submit).
-    Task next_prepare = state->queue.empty() ? Task{} : state->queue.front().prepare;
     if (item.work && !state->broken.empty()) {
       const std::string reason = state->broken;
       lock.unlock();
@@ -108,8 +105,6 @@ void CommThread::loop(std::shared_ptr<State> state) {
     std::exception_ptr error;
     bool breaks = false;
     try {
-      if (item.prepare) item.prepare();
-      if (next_prepare) next_prepare();
       item.task();
     } catch (const std::exception& e) {
       error = std::current_exception();

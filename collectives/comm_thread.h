@@ -32,10 +32,7 @@ class CommThread {
 
   // Queues `task`; the thread runs it and finishes `work` with its outcome. On a
   // broken group `work` fails at once instead (so it may finish before earlier ones).
-  // `prepare` (optional, must not throw, must do nothing when called again) runs on the
-  // thread before the task, and already when the task before it starts if this one is
-  // queued by then: it posts work the engine can progress in the background.
-  void submit(std::shared_ptr<CompletionWork> work, Task task, Task prepare = {});
+  void submit(std::shared_ptr<CompletionWork> work, Task task);
 
   // From now on queued and future tasks fail with `reason` (the first reason sticks).
   void break_group(const std::string& reason);
@@ -58,7 +55,6 @@ class CommThread {
   struct Item {
     std::shared_ptr<CompletionWork> work;
     Task task;
-    Task prepare;
   };
   struct State {
     std::mutex mutex;

@@ -115,21 +115,4 @@ void require_ranks_agree(const Collective& c, int size, const FingerprintGather&
   if (std::string error = disagreement(c, all); !error.empty()) throw CollectiveError(error);
 }
 
-void PendingCheck::start(const FingerprintStart& engine) noexcept {
-  if (started_) return;
-  started_ = true;
-  try {
-    wait_ = engine(&mine_, all_.data(), c_.seq);
-  } catch (...) {
-    error_ = std::current_exception();  // reported in the op's own turn, not the one before
-  }
-}
-
-void PendingCheck::finish(const FingerprintStart& engine) {
-  start(engine);
-  if (error_) std::rethrow_exception(error_);
-  if (wait_) wait_();
-  if (std::string error = disagreement(c_, all_); !error.empty()) throw CollectiveError(error);
-}
-
 }  // namespace tandem

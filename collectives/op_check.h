@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,29 +49,5 @@ std::string disagreement(const Collective& c, const std::vector<OpFingerprint>& 
 // Gathers the fingerprints of `c` from `size` ranks and throws CollectiveError with
 // disagreement()'s message if they differ.
 void require_ranks_agree(const Collective& c, int size, const FingerprintGather& gather);
-
-// An engine whose exchange can run in the background: start() posts it and returns the
-// wait that completes it. Posted in op order on the comm thread, it may start while the
-// op before it still moves data, so ranks streaming ops do not meet once more per op.
-using FingerprintStart =
-    std::function<std::function<void()>(const OpFingerprint* mine, OpFingerprint* all, uint64_t seq)>;
-
-// One op's check when its exchange may start early: start() at most once (later calls
-// do nothing; an error is kept for finish), then finish() waits and throws
-// CollectiveError if the ranks disagree. Lives until both have run.
-class PendingCheck {
- public:
-  PendingCheck(const Collective& c, int size) : c_(c), mine_(fingerprint_of(c)), all_(static_cast<size_t>(size)) {}
-  void start(const FingerprintStart& engine) noexcept;
-  void finish(const FingerprintStart& engine);
-
- private:
-  Collective c_;
-  OpFingerprint mine_;
-  std::vector<OpFingerprint> all_;
-  bool started_ = false;
-  std::function<void()> wait_;
-  std::exception_ptr error_;
-};
 
 }  // namespace tandem

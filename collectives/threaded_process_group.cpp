@@ -22,15 +22,7 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
   // completing in issue order.
   if (c.op != OpType::barrier && c.bytes() == 0)
     engine_call = check_only_ ? std::function<void()>([check = check_only_, c] { check(c); }) : [] {};
-  CommThread::Task prepare;
-  if (start_) {
-    auto check = std::make_shared<PendingCheck>(c, size());
-    prepare = [check, start = start_] { check->start(start); };
-    engine_call = [check, start = start_, call = std::move(engine_call)] {
-      check->finish(start);
-      call();
-    };
-  } else if (gather_) {
+  if (gather_) {
     engine_call = [gather = gather_, c, size = size(), call = std::move(engine_call)] {
       require_ranks_agree(c, size, gather);
       call();
@@ -55,7 +47,7 @@ std::shared_ptr<Work> ThreadedProcessGroup::submit(const Collective& c, std::fun
       }
       throw CollectiveError(report);
     }
-  }, std::move(prepare));
+  });
   return work;
 }
 

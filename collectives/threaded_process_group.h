@@ -39,11 +39,7 @@ class ThreadedProcessGroup : public ProcessGroup {
   // constructors call it once, before the first op; `gather` must hold its engine
   // state by value (tasks may run during the group's destruction).
   void check_ops_with(FingerprintGather gather) { gather_ = std::move(gather); }
-  // The same with an exchange that runs in the background (see FingerprintStart): each
-  // op's exchange is posted when the op before it starts, so back-to-back ops do not
-  // wait for each other once more per op.
-  void check_ops_early_with(FingerprintStart start) { start_ = std::move(start); }
-  // Or the engine checks every op itself, inside the op's own first exchange (shm):
+  // Or the engine checks every op itself, inside the op's own first exchange (shm, mpi):
   // nothing is added around its ops, and a zero-byte op, which moves nothing, runs
   // `check_only` in its turn instead.
   void check_ops_in_engine(std::function<void(const Collective&)> check_only) { check_only_ = std::move(check_only); }
@@ -58,8 +54,7 @@ class ThreadedProcessGroup : public ProcessGroup {
 
  private:
   CommThread comm_;
-  FingerprintGather gather_;  // empty (and start_ empty): the op check is off
-  FingerprintStart start_;
+  FingerprintGather gather_;  // empty (and check_only_ empty): the op check is off
   std::function<void(const Collective&)> check_only_;  // set: the engine checks its ops
 };
 

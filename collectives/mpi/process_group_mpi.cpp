@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/mpi/mpi_runtime.h"
+#include "collectives/mpi/op_packets.h"
 #include "collectives/reduce_kernels.h"
 
 namespace tandem {
@@ -90,6 +91,16 @@ void allgather_ring(MPI_Comm comm, int rank, int size, const void* mine, void* o
   if (mine != own) std::memcpy(own, mine, each);
 }
 
+// With the op check on, every op starts with its packet exchange (op_packets.h); true
+// when that was the whole op. Off, the op goes to MPI as it is.
+bool checked_inline(OpPackets* packets, const Collective& c) {
+  if (!packets) return false;
+  packets->exchange(c);
+  if (!OpPackets::fits(c)) return false;
+  packets->finish_inline(c);
+  return true;
+}
+
 // Runs on the creating thread before the group's comm thread makes any MPI call.
 void bootstrap_store(BackendArgs& args) {
   constexpr int kAddrBytes = 512;
@@ -158,18 +169,11 @@ ProcessGroupMPI::ProcessGroupMPI(const BackendArgs& args)
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   TANDEM_MPI_CHECK(args.rank, MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   if (args.check_ops) {
-    // On a communicator of their own, posted in op order on every rank (MPI matches
-    // collectives by order per communicator), and nonblocking: an op's exchange starts
-    // while the op before it moves data, so streamed ops do not meet once more per op.
-    TANDEM_MPI_CHECK(args.rank, MPI_Comm_dup(MPI_COMM_WORLD, &check_comm_));
-    TANDEM_MPI_CHECK(args.rank, MPI_Comm_set_errhandler(check_comm_, MPI_ERRORS_RETURN));
-    check_ops_early_with([comm = check_comm_, rank = args.rank](const OpFingerprint* mine, OpFingerprint* all,
-                                                                 uint64_t) -> std::function<void()> {
-      auto request = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
-      TANDEM_MPI_CHECK(rank, MPI_Iallgather(mine, sizeof(OpFingerprint), MPI_BYTE, all, sizeof(OpFingerprint),
-                                            MPI_BYTE, comm, request.get()));
-      return [request, rank] { TANDEM_MPI_CHECK(rank, MPI_Wait(request.get(), MPI_STATUS_IGNORE)); };
-    });
+    // On the group's own communicator, in its turn: every op's check is one small
+    // MPI_Allgather that carries a small op's data too (op_packets.h). A zero-byte op
+    // moves nothing but still compares fingerprints.
+    packets_ = std::make_shared<OpPackets>(comm_, args.rank, args.size);
+    check_ops_in_engine([packets = packets_](const Collective& c) { packets->exchange(c); });
   }
 }
 
@@ -184,7 +188,6 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   MPI_Finalized(&finalized);
   if (!finalized) {
     MPI_Comm_free(&comm_);
-    if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
   }
   MpiRuntime::get().group_destroyed();
 }
@@ -199,7 +202,8 @@ int ProcessGroupMPI::count_of(const Collective& c, const Buffer& b) const {
 
 std::shared_ptr<Work> ProcessGroupMPI::run_allreduce(const Collective& c) {
   const int n = count_of(c, c.out);
-  return submit(c, [comm = comm_, c, n, rank = rank(), size = size()] {
+  return submit(c, [comm = comm_, c, n, rank = rank(), size = size(), packets = packets_] {
+    if (checked_inline(packets.get(), c)) return;
     const void* send = c.in_place ? MPI_IN_PLACE : c.in.data;
     TANDEM_MPI_CHECK(rank, MPI_Allreduce(send, c.out.data, n, mpi_datatype(c.dtype()),
                                          mpi_op(c.reduce, c.dtype()), comm));
@@ -209,7 +213,8 @@ std::shared_ptr<Work> ProcessGroupMPI::run_allreduce(const Collective& c) {
 
 std::shared_ptr<Work> ProcessGroupMPI::run_broadcast(const Collective& c) {
   const int n = count_of(c, c.out);
-  return submit(c, [comm = comm_, c, n, rank = rank()] {
+  return submit(c, [comm = comm_, c, n, rank = rank(), packets = packets_] {
+    if (checked_inline(packets.get(), c)) return;
     if (rank == c.root && !c.in_place) std::memcpy(c.out.data, c.in.data, c.out.bytes());
     TANDEM_MPI_CHECK(rank, MPI_Bcast(c.out.data, n, mpi_datatype(c.dtype()), c.root, comm));
   });
@@ -218,7 +223,8 @@ std::shared_ptr<Work> ProcessGroupMPI::run_broadcast(const Collective& c) {
 std::shared_ptr<Work> ProcessGroupMPI::run_allgather(const Collective& c) {
   count_of(c, c.in);
   count_of(c, c.out);
-  return submit(c, [comm = comm_, c, rank = rank(), size = size()] {
+  return submit(c, [comm = comm_, c, rank = rank(), size = size(), packets = packets_] {
+    if (checked_inline(packets.get(), c)) return;
     // In place, c.in is this rank's slice of the output.
     allgather_ring(comm, rank, size, c.in.data, c.out.data, c.in.bytes());
   });
@@ -227,7 +233,9 @@ std::shared_ptr<Work> ProcessGroupMPI::run_allgather(const Collective& c) {
 std::shared_ptr<Work> ProcessGroupMPI::run_reduce_scatter(const Collective& c) {
   count_of(c, c.out);
   count_of(c, c.in);
-  return submit(c, [comm = comm_, c, rank = rank(), size = size(), round = round_bytes_, peak = peak_temporary_] {
+  return submit(c, [comm = comm_, c, rank = rank(), size = size(), round = round_bytes_, peak = peak_temporary_,
+                    packets = packets_] {
+    if (checked_inline(packets.get(), c)) return;
     // In place, out is slice `rank` of in, as reduce_scatter_rounds allows.
     peak->note(reduce_scatter_rounds(comm, rank, size, c.in.data, c.out.data, c.out.count, c.dtype(), c.reduce, round));
     if (c.reduce == ReduceOp::avg) divide_elements(c.dtype(), c.out.data, c.out.count, size);
@@ -237,7 +245,10 @@ std::shared_ptr<Work> ProcessGroupMPI::run_reduce_scatter(const Collective& c) {
 size_t ProcessGroupMPI::peak_temporary_bytes() const { return peak_temporary_->get(); }
 
 std::shared_ptr<Work> ProcessGroupMPI::run_barrier(const Collective& c) {
-  return submit(c, [comm = comm_, rank = rank()] { TANDEM_MPI_CHECK(rank, MPI_Barrier(comm)); });
+  return submit(c, [comm = comm_, c, rank = rank(), packets = packets_] {
+    if (checked_inline(packets.get(), c)) return;
+    TANDEM_MPI_CHECK(rank, MPI_Barrier(comm));
+  });
 }
 
 }  // namespace tandem

@@ -17,6 +17,8 @@
 //                   the message size, so at 3 ranks or more the last bits can differ
 //                   from the MPI_Reduce_scatter_block results of before (2 ranks: a + b
 //                   = b + a, the same).
+// With the op check on, every op starts with one MPI_Allgather of a 256-byte packet per
+// rank (op_packets.h) that carries an op of up to 224 bytes whole: those make no other call.
 // MPI collectives have no timeout: a wait that times out reports the missing ranks
 // and breaks the group, and the stuck thread is abandoned at teardown (see
 // mpi_runtime.h on why finalize is then skipped).
@@ -31,6 +33,8 @@
 #include "collectives/threaded_process_group.h"
 
 namespace tandem {
+
+class OpPackets;
 
 class ProcessGroupMPI : public ThreadedProcessGroup {
  public:
@@ -51,7 +55,7 @@ class ProcessGroupMPI : public ThreadedProcessGroup {
   int count_of(const Collective& c, const Buffer& b) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm check_comm_ = MPI_COMM_NULL;  // the op check's exchanges (see the constructor)
+  std::shared_ptr<OpPackets> packets_;  // the op check (null: off); used on the comm thread only
   const size_t round_bytes_;  // of each slice, per reduce-scatter round
   std::shared_ptr<PeakBytes> peak_temporary_;  // written by the comm thread's tasks only
 };

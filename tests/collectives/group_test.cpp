@@ -247,34 +247,6 @@ TEST(CommThread, AFailedOpIsNotTakenForAStuckOneAtShutdown) {
   EXPECT_FALSE(thread.shutdown(seconds(10)));
 }
 
-TEST(CommThread, TheNextQueuedOpIsPreparedBeforeTheCurrentOneRuns) {
-  // An op's background part (the mpi op check's exchange) is posted while the op before
-  // it still runs, and in op order.
-  CommThread thread("test");
-  std::vector<std::string> log;  // written by the comm thread only
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  const auto once = [&log](std::string name) {
-    return [&log, name, done = std::make_shared<bool>(false)] {
-      if (*done) return;
-      *done = true;
-      log.push_back(name);
-    };
-  };
-  Collective c;
-  std::vector<std::shared_ptr<CompletionWork>> works;
-  for (uint64_t seq = 1; seq <= 3; ++seq) {
-    c.seq = seq;
-    works.push_back(std::make_shared<CompletionWork>(c, seconds(5), nullptr));
-  }
-  thread.submit(works[0], [released] { released.wait(); });  // holds the thread until all are queued
-  thread.submit(works[1], [&log] { log.push_back("run A"); }, once("prepare A"));
-  thread.submit(works[2], [&log] { log.push_back("run B"); }, once("prepare B"));
-  release.set_value();
-  works[2]->wait(seconds(10));
-  EXPECT_EQ(log, (std::vector<std::string>{"prepare A", "prepare B", "run A", "run B"}));
-}
-
 TEST(CompletionWork, KnowsWhenItFinished) {
   // The reducer's trace and comm_ms take the finishing time from here, not from when
   // the training thread got round to waiting.

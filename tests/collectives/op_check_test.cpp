@@ -151,39 +151,5 @@ TEST(OpCheck, ZeroAgainstSevenFailsTheOpAndBreaksTheGroup) {
   EXPECT_EQ(g->engine_calls, 0);
 }
 
-// The early-started exchange (mpi): started once whoever calls first, its error kept for
-// the op's own turn, and a disagreement reported when it finishes.
-TEST(PendingCheck, StartsOnceKeepsErrorsForFinishAndReportsDisagreement) {
-  float x[16];
-  const Collective c = allreduce_of(x, 16, 4);
-  int starts = 0, waits = 0;
-  FingerprintStart peer_differs = [&](const OpFingerprint* mine, OpFingerprint* all, uint64_t seq) {
-    EXPECT_EQ(seq, 4u);
-    ++starts;
-    all[0] = *mine;
-    all[1] = *mine;
-    all[1].in_count = all[1].out_count = 15;
-    return std::function<void()>([&] { ++waits; });
-  };
-  PendingCheck check(c, 2);
-  check.start(peer_differs);
-  check.start(peer_differs);
-  try {
-    check.finish(peer_differs);
-    ADD_FAILURE() << "a disagreement passed";
-  } catch (const CollectiveError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1: allreduce f32 sum 15 elements"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(starts, 1);
-  EXPECT_EQ(waits, 1);
-
-  FingerprintStart fails = [](const OpFingerprint*, OpFingerprint*, uint64_t) -> std::function<void()> {
-    throw std::runtime_error("engine refused");
-  };
-  PendingCheck broken(c, 2);
-  broken.start(fails);  // must not throw: it may run in the turn of the op before
-  EXPECT_THROW(broken.finish(fails), std::runtime_error);
-}
-
 }  // namespace
 }  // namespace tandem
