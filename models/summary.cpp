@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 namespace tandem {
 
@@ -33,11 +34,21 @@ double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
 }
 
+std::optional<double> pss_mb() {
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  for (std::string line; std::getline(rollup, line);) {
+    if (line.rfind("Pss:", 0) == 0) return std::stod(line.substr(4)) / 1024.0;  // "Pss:  123 kB"
+  }
+  return std::nullopt;
+}
+
 void write_summary_json(const RunSummary& s, const std::string& path) {
   using nlohmann::json;
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   json buckets = json::array();
   for (const BucketInfo& b : s.buckets) buckets.push_back({{"bytes", b.bytes}, {"parameters", b.parameters}});
+  json pss = json::array();
+  for (const std::optional<double>& mb : s.pss_mb_per_rank) pss.push_back(opt(mb));
   int64_t peak_temporary = 0;
   for (int64_t bytes : s.peak_temporary_bytes_per_rank) peak_temporary = std::max(peak_temporary, bytes);
   json j = {
@@ -76,6 +87,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"train_time_s", s.train_time_s},
       {"peak_rss_mb", s.peak_rss_mb},
       {"peak_rss_mb_per_rank", s.peak_rss_mb_per_rank},
+      {"pss_mb_per_rank", pss},
       {"peak_device_memory_mb", opt(s.peak_device_memory_mb)},
       {"peak_temporary_bytes", peak_temporary},
       {"peak_temporary_bytes_per_rank", s.peak_temporary_bytes_per_rank},

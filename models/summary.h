@@ -37,6 +37,10 @@ struct RunSummary {
   std::vector<BucketInfo> buckets;
   double peak_rss_mb = 0;                  // this process (rank 0)
   std::vector<double> peak_rss_mb_per_rank;  // every process, by rank
+  // Proportional set size at the end of training, by rank: a page shared by k processes
+  // counts 1/k in each (shm's shared buffers, which a peer's RSS counts whole once it
+  // read them), so the ranks' sum is the node's memory. Unset where /proc lacks it.
+  std::vector<std::optional<double>> pss_mb_per_rank;
   std::optional<double> peak_device_memory_mb;  // CUDA runs: the caching allocator's peak
   // The process group's peak_temporary_bytes (collectives/process_group.h), by rank; 0
   // without a group. peak_temporary_bytes: the largest.
@@ -53,5 +57,8 @@ struct RunSummary {
 void write_summary_json(const RunSummary& summary, const std::string& path);
 // Peak resident set size of this process in MiB (getrusage).
 double peak_rss_mb();
+// This process's proportional set size now, in MiB (/proc/self/smaps_rollup, Linux 4.14
+// and later); nullopt where it cannot be read.
+std::optional<double> pss_mb();
 
 }  // namespace tandem

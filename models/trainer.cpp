@@ -318,6 +318,9 @@ RunSummary Trainer::summary() const {
   s.peak_rss_mb = peak_rss_mb();
   for (int64_t kib : st.per_rank(static_cast<int64_t>(s.peak_rss_mb * 1024.0)))
     s.peak_rss_mb_per_rank.push_back(static_cast<double>(kib) / 1024.0);
+  const std::optional<double> pss = pss_mb();
+  for (int64_t kib : st.per_rank(pss ? static_cast<int64_t>(*pss * 1024.0) : -1))
+    s.pss_mb_per_rank.push_back(kib < 0 ? std::nullopt : std::optional<double>(static_cast<double>(kib) / 1024.0));
   const size_t temporary = options_.group ? options_.group->peak_temporary_bytes() : 0;
   s.peak_temporary_bytes_per_rank = st.per_rank(static_cast<int64_t>(temporary));
   s.zero = st.zero_stage();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -122,36 +123,85 @@ void shm_allreduce_split(ShmSegment& seg, const Collective& c) {
   }
 }
 
-// What a rank passes to an all-reduce of at least kInBuffersMinBytes, in the first round
-// of it: the shared buffer (allocation id) and offset its data lies at, or id -1.
+// What a rank passes to an in-place all-reduce, reduce-scatter or all-gather of at least
+// kInBuffersMinBytes, in the first round of it: the shared buffer (allocation id) and
+// offset its whole buffer lies at, or id -1.
 struct BufferClaim {
   int64_t id;
   uint64_t offset;
   uint64_t bytes;
 };
 
-// Rank q's share of n elements of `esize` bytes: [first, first + count), cut at
-// multiples of 64 bytes so that no two ranks write one cache line.
-void buffer_share(int64_t n, size_t esize, int w, int q, int64_t& first, int64_t& count) {
-  const int64_t align = static_cast<int64_t>(64 / esize);
-  const int64_t each = ((n + w - 1) / w + align - 1) / align * align;
-  first = std::min(n, q * each);
-  count = std::min(n, first + each) - first;
+// The whole buffer an in-place op works on: the all-reduce's, the reduce-scatter's
+// input, the all-gather's output.
+const Buffer& whole_buffer(const Collective& c) { return c.op == OpType::allgather ? c.out : c.in; }
+
+// Rank r's share of an op in shared buffers, in elements of the whole buffer: a
+// reduce-scatter's or all-gather's slice; an all-reduce's 1/W, cut at multiples of 64
+// bytes so that no two ranks write one cache line.
+void share_of(const Collective& c, int w, int r, int64_t& first, int64_t& count) {
+  if (c.op == OpType::allreduce) {
+    const int64_t n = c.in.count, align = static_cast<int64_t>(64 / dtype_size(c.dtype()));
+    const int64_t each = ((n + w - 1) / w + align - 1) / align * align;
+    first = std::min(n, r * each);
+    count = std::min(n, first + each) - first;
+  } else {
+    count = c.op == OpType::reduce_scatter ? c.out.count : c.in.count;
+    first = r * count;
+  }
 }
 
-// The in-place all-reduce in the ranks' shared buffers (process_group_shm.h): round 1
-// agrees on the buffers and reduces this rank's share of every rank's buffer, in rank
-// order, into its own; round 2 copies the other shares from their owners' buffers;
-// round 3 closes (no rank writes its buffer again while a peer may still copy from it).
-// Returns false after round 1 when the ranks did not all pass the same shared buffer
-// and offset: they then all run the segment's algorithm instead.
-bool shm_allreduce_in_buffers(ShmSegment& seg, const Collective& c, const PeerBuffers::Region* region, size_t offset) {
-  const BufferClaim mine{region ? region->id : -1, offset, c.in.bytes()};
-  const int w = seg.size(), q = seg.rank();
+// Where element `element` of rank r's shared buffer lies in this process.
+using SharedAt = std::function<uint8_t*(int r, int64_t element)>;
+
+// This rank's share of its own buffer = every rank's share, reduced in rank order.
+void reduce_share(const Collective& c, int w, int q, const SharedAt& at) {
   const DType d = c.dtype();
   const size_t esize = dtype_size(d);
   const ReduceOp op = engine_op(c.reduce);
-  const auto at = [&](int r, int64_t element) { return region->base[r] + offset + static_cast<size_t>(element) * esize; };
+  int64_t first, count;
+  share_of(c, w, q, first, count);
+  // In cache-sized pieces; rank 0 and 1 sum into their own buffer (element i of both
+  // inputs is read before it is written), the others through a piece of scratch, as
+  // their own input joins the sum only at position q.
+  const int64_t piece = static_cast<int64_t>((size_t{64} << 10) / esize);
+  std::vector<uint8_t> scratch(q >= 2 ? static_cast<size_t>(std::min(piece, count)) * esize : 0);
+  for (int64_t e = first; e < first + count; e += piece) {
+    const int64_t n = std::min(piece, first + count - e);
+    uint8_t* out = at(q, e);
+    uint8_t* acc = q >= 2 ? scratch.data() : out;
+    reduce_elements(d, op, acc, at(0, e), at(1, e), n);
+    for (int r = 2; r < w; ++r) reduce_elements(d, op, acc, acc, at(r, e), n);
+    if (acc != out) std::memcpy(out, acc, static_cast<size_t>(n) * esize);
+    if (c.reduce == ReduceOp::avg) divide_elements(d, out, n, w);
+  }
+}
+
+// An in-place all-reduce, reduce-scatter or all-gather in the ranks' shared buffers
+// (process_group_shm.h), no copy in. Round 1 agrees on the buffers and does the op's
+// first part: the reductions reduce this rank's share of every rank's buffer, in rank
+// order, into its own (a reduce-scatter's share is its slice, where its output lies);
+// the all-gather, whose inputs are final once every rank has entered the op, copies
+// every other rank's slice from its owner's buffer. The all-reduce's round 2 copies the
+// other shares from their owners' buffers. The last round closes: no rank writes its
+// buffer again while a peer may still read from it. Returns false after round 1 when the
+// ranks did not all pass the same shared buffer and offset: they then all run the
+// segment's algorithm instead.
+bool shm_in_buffers(ShmSegment& seg, const Collective& c, const PeerBuffers::Region* region, size_t offset) {
+  const BufferClaim mine{region ? region->id : -1, offset, whole_buffer(c).bytes()};
+  const int w = seg.size(), q = seg.rank();
+  const size_t esize = dtype_size(c.dtype());
+  const SharedAt at = [&](int r, int64_t element) {
+    return region->base[r] + offset + static_cast<size_t>(element) * esize;
+  };
+  const auto copy_other_shares = [&] {
+    for (int r = 0; r < w; ++r) {
+      if (r == q) continue;
+      int64_t first, count;
+      share_of(c, w, r, first, count);
+      std::memcpy(at(q, first), at(r, first), static_cast<size_t>(count) * esize);
+    }
+  };
   bool agreed = mine.id >= 0;
   seg.round([&](uint8_t* slot) { std::memcpy(slot, &mine, sizeof mine); },
             [&] {
@@ -161,33 +211,14 @@ bool shm_allreduce_in_buffers(ShmSegment& seg, const Collective& c, const PeerBu
                 agreed = agreed && other.id == mine.id && other.offset == mine.offset && other.bytes == mine.bytes;
               }
               if (!agreed) return;
-              int64_t first, count;
-              buffer_share(c.in.count, esize, w, q, first, count);
-              // In cache-sized pieces; rank 0 and 1 sum into their own buffer (element i
-              // of both inputs is read before it is written), the others through a piece
-              // of scratch, as their own input joins the sum only at position q.
-              const int64_t piece = static_cast<int64_t>((size_t{64} << 10) / esize);
-              std::vector<uint8_t> scratch(q >= 2 ? static_cast<size_t>(std::min(piece, count)) * esize : 0);
-              for (int64_t e = first; e < first + count; e += piece) {
-                const int64_t n = std::min(piece, first + count - e);
-                uint8_t* out = at(q, e);
-                uint8_t* acc = q >= 2 ? scratch.data() : out;
-                reduce_elements(d, op, acc, at(0, e), at(1, e), n);
-                for (int r = 2; r < w; ++r) reduce_elements(d, op, acc, acc, at(r, e), n);
-                if (acc != out) std::memcpy(out, acc, static_cast<size_t>(n) * esize);
-                if (c.reduce == ReduceOp::avg) divide_elements(d, out, n, w);
+              if (c.op == OpType::allgather) {
+                copy_other_shares();
+              } else {
+                reduce_share(c, w, q, at);
               }
             });
   if (!agreed) return false;
-  seg.round([](uint8_t*) {},
-            [&] {
-              for (int r = 0; r < w; ++r) {
-                if (r == q) continue;
-                int64_t first, count;
-                buffer_share(c.in.count, esize, w, r, first, count);
-                std::memcpy(at(q, first), at(r, first), static_cast<size_t>(count) * esize);
-              }
-            });
+  if (c.op == OpType::allreduce) seg.round([](uint8_t*) {}, copy_other_shares);
   seg.round([](uint8_t*) {}, [] {});
   return true;
 }
@@ -325,7 +356,7 @@ std::shared_ptr<Work> ProcessGroupShm::run_allreduce(const Collective& c) {
   if (claim && c.in_place) region = peers_->find(c.in.data, c.in.bytes(), offset);
   return submit(c, [seg = segment_, c, timeout = timeout(), split_from = split_min_ranks_, claim, region, offset, check = check_] {
     start_op(*seg, timeout, c, check);
-    if (claim && shm_allreduce_in_buffers(*seg, c, region.get(), offset)) return;
+    if (claim && shm_in_buffers(*seg, c, region.get(), offset)) return;
     if (seg->size() >= split_from && c.out.bytes() > seg->slot_bytes()) {
       shm_allreduce_split(*seg, c);
     } else {
@@ -342,15 +373,27 @@ std::shared_ptr<Work> ProcessGroupShm::run_broadcast(const Collective& c) {
 }
 
 std::shared_ptr<Work> ProcessGroupShm::run_allgather(const Collective& c) {
-  return submit(c, [seg = segment_, c, timeout = timeout(), check = check_] {
+  // As run_allreduce: ZeRO's parameter buckets are gathered in place in shared buffers.
+  const bool claim = size() > 1 && c.out.bytes() >= kInBuffersMinBytes;
+  std::shared_ptr<PeerBuffers::Region> region;
+  size_t offset = 0;
+  if (claim && c.in_place) region = peers_->find(c.out.data, c.out.bytes(), offset);
+  return submit(c, [seg = segment_, c, timeout = timeout(), claim, region, offset, check = check_] {
     start_op(*seg, timeout, c, check);
+    if (claim && shm_in_buffers(*seg, c, region.get(), offset)) return;
     shm_allgather(*seg, c);
   });
 }
 
 std::shared_ptr<Work> ProcessGroupShm::run_reduce_scatter(const Collective& c) {
-  return submit(c, [seg = segment_, c, timeout = timeout(), check = check_] {
+  // As run_allreduce: ZeRO's buckets are reduce-scattered in place in shared buffers.
+  const bool claim = size() > 1 && c.in.bytes() >= kInBuffersMinBytes;
+  std::shared_ptr<PeerBuffers::Region> region;
+  size_t offset = 0;
+  if (claim && c.in_place) region = peers_->find(c.in.data, c.in.bytes(), offset);
+  return submit(c, [seg = segment_, c, timeout = timeout(), claim, region, offset, check = check_] {
     start_op(*seg, timeout, c, check);
+    if (claim && shm_in_buffers(*seg, c, region.get(), offset)) return;
     shm_reduce_scatter(*seg, c);
   });
 }

@@ -20,9 +20,15 @@
 //                   the same order: bit-identical to them. Ranks 2 and up sum through
 //                   64 KiB of scratch (their own input joins the sum at their position)
 //   broadcast       the root copies its chunk in; every rank copies it out
-//   allgather       every rank copies its chunk in; every rank copies all of them out
+//   allgather       every rank copies its chunk in; every rank copies all of them out.
+//                   In place in shared buffers (ZeRO's parameter buckets), no copy in:
+//                   every rank copies the other slices from their owners' buffers, then
+//                   one closing round; the claim round and the fallback are the all-reduce's
 //   reduce_scatter  every rank copies, per destination, its chunk of that slice; each
-//                   rank reduces its own slice's pieces in rank order
+//                   rank reduces its own slice's pieces in rank order. In place in shared
+//                   buffers (ZeRO's buckets), no copy in: each rank reduces its slice of
+//                   every rank's buffer, in rank order, into its own, then one closing
+//                   round; the claim round and the fallback are the all-reduce's
 //   barrier         one empty round
 // Invariant: every rank runs the same rounds in the same order, so the k-th round is
 // the same step of the same op everywhere. The op check rides in each op's first round
@@ -40,8 +46,9 @@ namespace tandem {
 class ShmSegment;
 class PeerBuffers;
 
-// All-reduces from this size on may run in shared buffers (see above); smaller ones,
-// where one round is all they take, copy through the segment.
+// In-place all-reduces, reduce-scatters and all-gathers from this size on may run in
+// shared buffers (see above); smaller ones, where one round is all they take, copy
+// through the segment.
 constexpr size_t kInBuffersMinBytes = size_t{64} << 10;
 
 class ProcessGroupShm : public ThreadedProcessGroup {

@@ -45,4 +45,12 @@ void tensor_broadcast(ProcessGroup& group, Tensor& tensor, int root, std::chrono
   tensor.copy_from(host);
 }
 
+Tensor bucket_buffer(ProcessGroup& group, int64_t numel, DType dtype, Device device, bool shareable) {
+  if (shareable && device.is_cpu() && group.size() > 1) {
+    ProcessGroup::SharedBuffer buffer = group.allocate_shared_buffer(static_cast<size_t>(numel) * dtype_size(dtype));
+    if (buffer.data) return Tensor::from_external(buffer.data, {numel}, dtype, device, std::move(buffer.owner));
+  }
+  return Tensor::empty({numel}, dtype, device);
+}
+
 }  // namespace tandem

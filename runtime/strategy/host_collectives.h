@@ -18,6 +18,12 @@ void host_broadcast(ProcessGroup& group, Buffer host, int root, Device device, s
 // Broadcasts a tensor (any device) from `root`, staging through the host if needed.
 void tensor_broadcast(ProcessGroup& group, Tensor& tensor, int root, std::chrono::milliseconds timeout);
 
+// A bucket's buffer that `group` reduces or gathers in place: the group's shared buffer
+// where `shareable`, the tensor is on the host, the group has several ranks and it offers
+// one (shm: its peers read the bucket where it lies, no copy in); else a private tensor.
+// A collective call when shared: every rank asks for the same sizes in the same order.
+Tensor bucket_buffer(ProcessGroup& group, int64_t numel, DType dtype, Device device, bool shareable);
+
 inline Buffer buffer_of(const Tensor& t) { return Buffer{t.raw(), t.numel(), t.dtype(), t.device()}; }
 
 }  // namespace tandem

@@ -115,18 +115,12 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
 }
 
 Tensor Reducer::allocate_flat(int64_t numel, DType dtype, Device device) {
-  // The backend's shared buffer where it offers one (shm: peers reduce it where backward
-  // wrote it, no copy in): for plain all-reduced buckets on the host. Every rank asks
-  // for the same sizes in the same order (the buckets are cut alike everywhere). Not
-  // under ZeRO: each rank reads 1/W of every peer's buffer there, and peak RSS would
-  // count those shared pages against the optimizer state it saves.
-  const bool shared = options_.communicate && options_.zero_stage == 0 && !options_.custom_hook &&
-                      options_.hook == CommHookKind::none && device.is_cpu() && group_->size() > 1;
-  if (shared) {
-    ProcessGroup::SharedBuffer buffer = group_->allocate_shared_buffer(static_cast<size_t>(numel) * dtype_size(dtype));
-    if (buffer.data) return Tensor::from_external(buffer.data, {numel}, dtype, device, std::move(buffer.owner));
-  }
-  return Tensor::empty({numel}, dtype, device);
+  // Shared where the backend offers it (bucket_buffer): for buckets all-reduced or (ZeRO)
+  // reduce-scattered as they are. The buckets are cut alike on every rank, so every rank
+  // asks for the same sizes in the same order. Under ZeRO each rank reads its slice of
+  // every peer's buffer, which its RSS then counts too (PSS shares it out: docs/zero.md).
+  const bool shareable = options_.communicate && !options_.custom_hook && options_.hook == CommHookKind::none;
+  return bucket_buffer(*group_, numel, dtype, device, shareable);
 }
 
 void Reducer::prepare_for_backward() {

@@ -37,7 +37,9 @@ ZeroShards::ZeroShards(std::vector<Parameter*> params, std::vector<BucketLayout>
     // twice, never the whole model (the buffer's untouched pages are not resident yet).
     const DType dtype = params_[l.params.front()]->value.dtype();
     const Device device = params_[l.params.front()]->value.device();
-    bucket.params = Tensor::empty({l.padded}, dtype, device);
+    // Shared where the group offers it (shm: every rank copies the other shards from
+    // their owners' buffers in the gather, no copy in); allocated alike on every rank.
+    bucket.params = bucket_buffer(*group_, l.padded, dtype, device, true);
     if (l.padded > l.numel)
       bucket.params.view(l.numel, {l.padded - l.numel}).copy_from(Tensor::zeros({l.padded - l.numel}, dtype, device));
     for (size_t j = 0; j < l.params.size(); ++j) {

@@ -9,6 +9,10 @@
 //     min, sizes from the 64 KiB threshold to ragged ones of several MiB;
 //   - ranks that do not all pass their shared buffer (rank 0 a private copy) fall back
 //     together and still get the right result;
+//   - in-place reduce-scatters and all-gathers in the shared buffers (ZeRO's gradient
+//     and parameter buckets) are bit-identical to the copying algorithms', and read
+//     exactly one slice of each peer's buffer (its mapping here is resident for the
+//     slice's pages, no more); falling back, none;
 //   - ranks that ask for different sizes all get no buffer, and the next allocation,
 //     asked for alike, works;
 //   - a buffer whose owner is released is unmapped.
@@ -17,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -93,6 +98,71 @@ void compare_with_private(ProcessGroup& g, const Case& t, bool rank0_private) {
         rank0_private ? " (rank 0 private)" : "");
 }
 
+// Resident bytes of this process's mapping of rank r's buffer in the newest allocation
+// that has one (its path ends in -b<allocation>-r<r>).
+int64_t resident_of_newest(int r) {
+  std::ifstream smaps("/proc/self/smaps");
+  const std::regex name("-b([0-9]+)-r" + std::to_string(r) + " \\(deleted\\)$");
+  int newest = -1;
+  int64_t rss = 0;
+  bool in_it = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::smatch m;
+    if (line.find("/dev/shm/") != std::string::npos) {
+      in_it = std::regex_search(line, m, name) && std::stoi(m[1]) > newest;
+      if (in_it) newest = std::stoi(m[1]);
+    } else if (in_it && line.rfind("Rss:", 0) == 0) {
+      rss = std::stoll(line.substr(4)) * 1024;  // "Rss:  123 kB"
+      in_it = false;
+    }
+  }
+  return rss;
+}
+
+// An in-place reduce-scatter (gather = false) or all-gather of the shared buffer against
+// the same op on a private copy.
+void sliced_vs_private(ProcessGroup& g, bool gather, const Case& t, bool rank0_private) {
+  const int w = g.size();
+  const int64_t count = t.count / w * w, slice = count / w;
+  const size_t esize = dtype_size(t.dtype), bytes = static_cast<size_t>(count) * esize;
+  ProcessGroup::SharedBuffer shared = g.allocate_shared_buffer(bytes);
+  CHECK(shared.data != nullptr, "no shared buffer of %zu bytes", bytes);
+  if (!shared.data) return;
+  std::vector<uint8_t> priv(bytes), mine(bytes);
+  fill(t.dtype, shared.data, g.rank(), 0, count);
+  fill(t.dtype, priv.data(), g.rank(), 0, count);
+  fill(t.dtype, mine.data(), g.rank(), 0, count);
+  void* first = rank0_private && g.rank() == 0 ? mine.data() : shared.data;
+  const auto run = [&](void* data) {
+    const Buffer whole{data, count, t.dtype, Device::cpu()};
+    (gather ? g.allgather(whole) : g.reduce_scatter(whole, t.op))->wait();
+  };
+  run(first);
+  run(priv.data());
+  const char* what = gather ? "all-gather" : "reduce-scatter";
+  const char* how = rank0_private ? " (rank 0 private)" : "";
+  CHECK(std::memcmp(first, priv.data(), bytes) == 0, "%s %s %s of %lld elements%s: differs from the copying algorithm's",
+        what, dtype_name(t.dtype), reduce_op_str(t.op), static_cast<long long>(count), how);
+  // Every rank is past both ops: the shared one read one slice of each peer's buffer,
+  // whole pages of it at least, and no more than the kernel's fault-around (a read fault
+  // on a shared file mapping maps up to 64 KiB of neighbouring cached pages) at either
+  // end; the fallback none.
+  g.barrier()->wait();
+  const int64_t slice_bytes = slice * static_cast<int64_t>(esize), page = 4096, around = 64 << 10;
+  for (int r = 0; r < w; ++r) {
+    if (r == g.rank()) continue;
+    const int64_t rss = resident_of_newest(r);
+    if (rank0_private) {
+      CHECK(rss == 0, "fallback %s: rank %d's buffer has %lld resident bytes here", what, r,
+            static_cast<long long>(rss));
+    } else {
+      CHECK(rss >= slice_bytes / page * page - page && rss <= slice_bytes + 2 * (around + page),
+            "%s of %lld bytes per slice: rank %d's buffer has %lld resident bytes here", what,
+            static_cast<long long>(slice_bytes), r, static_cast<long long>(rss));
+    }
+  }
+}
+
 void at_offset(ProcessGroup& g) {
   // A 600,000-element f32 buffer; the all-reduce covers [1000, 501000).
   const int64_t n = 600000, off = 1000, m = 500000;
@@ -153,6 +223,16 @@ int main() {
     for (const Case& t : cases) compare_with_private(g, t, false);
     compare_with_private(g, {DType::f32, ReduceOp::sum, 250007}, true);
     at_offset(g);
+    const Case scatter_cases[] = {
+        {DType::f32, ReduceOp::avg, 1 << 20},  // ZeRO's: f32 averaged
+        {DType::f32, ReduceOp::sum, 16392},    // just past 64 KiB, the threshold, at 2-4 ranks
+        {DType::bf16, ReduceOp::sum, 300000},
+        {DType::i64, ReduceOp::max, 123456},
+    };
+    for (bool gather : {false, true}) {
+      for (const Case& t : scatter_cases) sliced_vs_private(g, gather, t, false);
+      sliced_vs_private(g, gather, {DType::f32, ReduceOp::sum, 1 << 20}, true);
+    }
 
     // Different sizes: nobody gets one; the next, asked alike, works.
     ProcessGroup::SharedBuffer odd = g.allocate_shared_buffer(g.rank() == 0 ? (1 << 20) : (2 << 20));

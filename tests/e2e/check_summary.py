@@ -10,7 +10,7 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "param_checksum", "replicas_identical", "buckets", "precision", "grad_reduce_dtype", "bf16_gemm",
         "zero", "optimizer_state_mb_per_rank", "buffer_checksum", "sync_batchnorm", "broadcast_buffers",
         "activation_checkpointing", "peak_temporary_bytes", "peak_temporary_bytes_per_rank",
-        "process_cpu_ms", "comm_cpu_ms"]
+        "process_cpu_ms", "comm_cpu_ms", "pss_mb_per_rank"]
 
 
 def fail(msg):
@@ -54,6 +54,9 @@ def main():
         fail(f"optimizer_state_mb_per_rank {state} is not one size per rank of {s['world_size']}")
     if s["zero"] == 0 and len(set(state)) > 1:
         fail(f"optimizer_state_mb_per_rank {state}: every rank of a plain run holds the whole state")
+    pss = s["pss_mb_per_rank"]
+    if len(pss) != s["world_size"] or not all(v is None or v > 0 for v in pss):
+        fail(f"pss_mb_per_rank {pss} is not one positive size (or null) per rank of {s['world_size']}")
     temporary = s["peak_temporary_bytes_per_rank"]
     if len(temporary) != s["world_size"] or not all(isinstance(v, int) and v >= 0 for v in temporary):
         fail(f"peak_temporary_bytes_per_rank {temporary} is not one byte count per rank of {s['world_size']}")
