@@ -17,6 +17,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 
 #include "collectives/store.h"
 #include "collectives/store_protocol.h"
@@ -63,7 +65,10 @@ int connect_client(int port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  FUZZ_CHECK(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  const int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  // Which failure it is (client ports used up, or the server gone) decides the fix.
+  if (rc != 0) std::fprintf(stderr, "fuzz_store_server: connect to port %d: %s\n", port, std::strerror(errno));
+  FUZZ_CHECK(rc == 0);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
