@@ -74,8 +74,13 @@ TrainData load_train_data(const TrainConfig& c) {
 Device resolve_device(const TrainConfig& c) {
   if (c.device == DeviceKind::cpu) return Device::cpu();
   const int visible = cuda_device_count();
-  if (visible == 0)
-    throw std::runtime_error("--device cuda: no CUDA GPU is visible to this process (or this build has no CUDA)");
+  if (visible == 0) {
+    // Why, where the process cannot use CUDA at all: a build without it, or a CUDA build
+    // whose plugin or a library it needs (libcudart, cuBLAS, NCCL) is missing.
+    const std::string why = cuda::unavailable_reason();
+    throw std::runtime_error("--device cuda: no CUDA GPU is visible to this process" +
+                             (why.empty() ? std::string() : " (" + why + ")"));
+  }
   int index = 0;
   if (c.mode == Mode::ddp) {
     index = read_launch_env().local_rank;

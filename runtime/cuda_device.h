@@ -1,6 +1,9 @@
-// The CUDA entry points the device-agnostic runtime calls. Implemented in
-// runtime/cuda/ when built with CUDA; runtime/cuda_unavailable.cpp otherwise, where
-// each one throws a message saying the build has no CUDA (device_count() returns 0).
+// The CUDA entry points the device-agnostic runtime calls. In a CUDA build
+// runtime/cuda_forward.cpp forwards each to the CUDA plugin (runtime/cuda/ and the nccl
+// backend in libtandem_cuda.so, loaded on the first call: collectives/cuda_plugin.h);
+// runtime/cuda_unavailable.cpp otherwise, where each one throws a message saying the build
+// has no CUDA; tests/emulated/ links a host-memory stand-in. device_count() and
+// unavailable_reason() only probe: 0 and a reason where CUDA cannot be used, never a throw.
 //
 // Streams: every device has one compute stream (non-blocking: it never waits for the
 // legacy default stream). Every kernel, copy and cuBLAS call for that device runs on it,
@@ -21,8 +24,13 @@ namespace tandem {
 class Kernels;
 namespace cuda {
 
-// Visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
+// Visible CUDA devices; 0 (not an error) when there is no driver or no GPU, when this
+// build has no CUDA, or when the CUDA plugin cannot be loaded.
 int device_count();
+// Why this process cannot use CUDA at all: "" when it can (whether or not a GPU is
+// visible), else e.g. "this Tandem build has no CUDA support" or the plugin loader's
+// message naming the missing library. For error messages after device_count() == 0.
+std::string unavailable_reason();
 void* alloc(size_t bytes, int device);
 void free(void* ptr, size_t bytes, int device);
 // Host<->device copies return when the host buffer may be reused (device->host: when the

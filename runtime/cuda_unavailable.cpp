@@ -12,6 +12,7 @@ namespace tandem::cuda {
 }
 
 int device_count() { return 0; }
+std::string unavailable_reason() { return "this Tandem build has no CUDA support"; }
 void* alloc(size_t, int) { no_cuda(); }
 void free(void*, size_t, int) {}
 void copy(void*, Device, const void*, Device, size_t) { no_cuda(); }

@@ -262,6 +262,7 @@ void check_index(int device) {
 }  // namespace
 
 int device_count() { return static_cast<int>(devices().kernels.size()); }
+std::string unavailable_reason() { return ""; }
 
 void* alloc(size_t bytes, int device) {
   check_index(device);
