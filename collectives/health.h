@@ -147,7 +147,7 @@ class RankHealth {
   std::thread beater_;
 };
 
-// "0, 2-3" for {0, 2, 3}.
+// "0, 2, 3" for {0, 2, 3}; "0, 2-4, 7" for {0, 2, 3, 4, 7}: a run of three or more as a range.
 std::string rank_list(const std::vector<int>& ranks);
 
 }  // namespace tandem

@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "collectives/health.h"
+
 namespace tandem {
 
 namespace {
@@ -12,21 +14,9 @@ bool same_op(const OpFingerprint& a, const OpFingerprint& b) {
          a.op == b.op && a.dtype == b.dtype && a.reduce == b.reduce;
 }
 
-// "rank 3", "ranks 0-2", "ranks 0, 2, 5-7"
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (i > 0) out += ", ";
-    out += std::to_string(ranks[i]);
-    if (j > i) {
-      out += '-';
-      out += std::to_string(ranks[j]);
-    }
-    i = j + 1;
-  }
-  return out;
+// "rank 3", "ranks 0-2", "ranks 0, 2, 5-7" (the list as the rank health writes it)
+std::string ranks_phrase(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_list(ranks);
 }
 
 // A peer's bytes name an enum value this build may not know (a corrupt or foreign
@@ -100,7 +90,7 @@ std::string disagreement(const Collective& c, const std::vector<OpFingerprint>& 
   std::string out = c.describe() + ": ranks disagree: ";
   for (size_t k = 0; k < groups.size() && k < kMaxGroups; ++k) {
     if (k > 0) out += "; ";
-    out += rank_list(groups[k]);
+    out += ranks_phrase(groups[k]);
     out += ": ";
     out += describe_fingerprint(all[groups[k].front()], c.seq);
   }

@@ -21,6 +21,11 @@ class Tracer {
   using Clock = std::chrono::steady_clock;
   enum Track : int { compute = 0, comm = 1 };
 
+  // Milliseconds from a to b, as the reducer's and ZeRO's timings count them.
+  static double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  }
+
   Tracer() = default;
   explicit Tracer(int rank) : rank_(rank), enabled_(true) {}
   bool enabled() const { return enabled_; }

@@ -10,12 +10,6 @@
 
 namespace tandem {
 
-namespace {
-double ms_between(Tracer::Clock::time_point a, Tracer::Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-}  // namespace
-
 Reducer::Reducer(std::vector<Parameter*> params, std::shared_ptr<ProcessGroup> group, ReducerOptions options,
                  Tracer* tracer)
     : params_(std::move(params)), group_(std::move(group)), options_(options),
@@ -219,7 +213,7 @@ void Reducer::finalize_backward(PhaseTimes& times) {
   }
   auto t1 = Tracer::Clock::now();
   if (k) times.defer(*k, before_wait, k->mark(), &PhaseTimes::exposed_comm_ms);
-  if (any) times.comm_ms += ms_between(first_launch, last_done);
+  if (any) times.comm_ms += Tracer::ms_between(first_launch, last_done);
   if (tracer_) tracer_->add("wait for gradients", Tracer::compute, t0, t1);
 
   if (!rebuilt_) rebuild_from_rank0_order();

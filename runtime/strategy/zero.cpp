@@ -11,12 +11,6 @@
 
 namespace tandem {
 
-namespace {
-double ms_between(Tracer::Clock::time_point a, Tracer::Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-}  // namespace
-
 ZeroShards::ZeroShards(std::vector<Parameter*> params, std::vector<BucketLayout> buckets,
                        std::shared_ptr<ProcessGroup> group, const OptimizerConfig& config,
                        std::chrono::milliseconds timeout, Tracer* tracer)
@@ -86,7 +80,7 @@ void ZeroShards::wait(size_t i) {
   const auto t0 = Tracer::Clock::now();
   b.gather->wait(timeout_);
   const auto t1 = Tracer::Clock::now();
-  wait_ms_ += ms_between(t0, t1);
+  wait_ms_ += Tracer::ms_between(t0, t1);
   if (tracer_)
     tracer_->add("allgather bucket " + std::to_string(i) + " (" + std::to_string(b.params.nbytes()) + " B)",
                  Tracer::comm, b.launched_at, b.gather->completed_at().value_or(t1));
