@@ -3,6 +3,7 @@
 #   P/lib/                       libtandem.a (Tandem::tandem), libtandem_collectives.a (Tandem::collectives)
 #   P/include/tandem/            tandem.h, collectives.h, version.h: what users include
 #   P/include/tandem/<folder>/   the headers those include, and nothing else
+#                                (P/include alone is on a user's include path)
 #   P/lib/cmake/Tandem/          TandemConfig.cmake, its version file and the targets
 #   P/share/tandem/data/         tinyshakespeare.txt (--data shakespeare of an installed tandem-train)
 include(GNUInstallDirs)
@@ -29,10 +30,40 @@ set(TANDEM_PUBLIC_HEADERS
   runtime/checkpoint/safetensors.h
   runtime/strategy/strategy.h runtime/strategy/single.h runtime/strategy/data_parallel.h runtime/strategy/ddp.h
   runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/strategy/gather.h
-  runtime/strategy/replica_sync.h
+  runtime/strategy/replica_sync.h runtime/strategy/zero.h
   models/zoo.h models/gpt.h models/resnet.h models/generate.h models/summary.h)
+
+# Every public header includes the others as "tandem/runtime/tensor.h" (tandem.h and
+# collectives.h too), as a user's code does, and the exported targets put P/include alone on
+# the include path: a user's own runtime/, collectives/ or models/ folder earlier on that path
+# cannot shadow Tandem's headers (tests/install/examples.sh builds the examples with a decoy
+# of each installed header there). The installed headers are the source files as they are:
+# in the build tree, BUILD/include/tandem/<header> is a symbolic link to each public header,
+# made below at configure time, so "tandem/..." resolves before install to exactly the set
+# that is installed. What is compiled and tested here is what users get, and a public header
+# that includes one outside the set fails to compile here already. (Rewriting the includes
+# while installing would ship files nothing here compiled; moving the public headers into a
+# real include/tandem/ tree would move half the runtime.) Internal headers and sources keep
+# including "runtime/tensor.h" from the source root; both paths reach the same file, once
+# (#pragma once). A public header that includes a Tandem header without tandem/ stops
+# configure here, and the install test greps the installed tree for one.
+set(_tandem_header_links ${CMAKE_BINARY_DIR}/include/tandem)
+foreach(top runtime collectives models)  # links of headers no longer public go too
+  file(REMOVE_RECURSE ${_tandem_header_links}/${top})
+endforeach()
+foreach(h ${TANDEM_PUBLIC_HEADERS} include/tandem/tandem.h include/tandem/collectives.h)
+  file(STRINGS ${PROJECT_SOURCE_DIR}/${h} _tandem_includes REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  foreach(line IN LISTS _tandem_includes)
+    if(NOT line MATCHES "^[ \t]*#[ \t]*include[ \t]*\"tandem/")
+      message(FATAL_ERROR "tandem: the public header ${h} has '${line}': public headers include Tandem's "
+                          "headers as \"tandem/<folder>/<file>.h\" (cmake/Package.cmake says why)")
+    endif()
+  endforeach()
+endforeach()
 foreach(h ${TANDEM_PUBLIC_HEADERS})
   get_filename_component(dir ${h} DIRECTORY)
+  file(MAKE_DIRECTORY ${_tandem_header_links}/${dir})
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${h} ${_tandem_header_links}/${h} SYMBOLIC)
   install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem/${dir})
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/include/tandem/tandem.h ${PROJECT_SOURCE_DIR}/include/tandem/collectives.h
@@ -54,3 +85,4 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/TandemConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/TandemConfig.cmake ${CMAKE_BINARY_DIR}/TandemConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tandem)
+
