@@ -86,3 +86,46 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/TandemConfigVersion.cmake
 install(FILES ${CMAKE_BINARY_DIR}/TandemConfig.cmake ${CMAKE_BINARY_DIR}/TandemConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tandem)
 
+# cpack -G DEB: tandem_<version>_<arch>.deb, the install above under /usr. Made from a
+# CPU-only tree configured with -DCMAKE_INSTALL_PREFIX=/usr (the libraries then land in
+# Debian's lib/<triplet>); scripts/check-deb makes one and installs it with apt into a fresh
+# chroot. It is made for the Debian release it is built on: the static libraries are bound to
+# that release's spdlog, Open MPI and Gloo.
+#   Depends     what find_package(Tandem) and a link of Tandem::tandem need: the -dev package
+#               of each find_dependency() of TandemConfig.cmake.in and each exported link
+#               dependency (OpenBLAS), for the backends this build has; and, through
+#               dpkg-shlibdeps, the shared libraries the programs load.
+#   Recommends  cmake and g++: the programs run without them, a user's build needs them.
+#   Suggests    dataset-fashion-mnist, the data of tandem-train's default and of examples/.
+# Never a CUDA library: cudart, cuBLAS and NCCL are no Debian packages, so a CUDA build is
+# refused at cpack time (cmake/CPackProject.cmake).
+set(CPACK_PACKAGE_NAME tandem)
+set(CPACK_PACKAGE_VENDOR "Tandem")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "data-parallel training runtime for C++ (library, headers, programs)")
+set(CPACK_PACKAGE_DESCRIPTION "Tandem trains a model in one process, one process driving several devices,
+or one process per device with the gradient all-reduce overlapped with
+backward (DDP), over Open MPI, Gloo or shared memory. This package has the
+static libraries, headers and CMake package (find_package(Tandem),
+Tandem::tandem, Tandem::collectives) for programs of your own, and the
+programs tandem-train, tandemrun, tandem-ckpt, tandem-trace and
+tandem-bench-collectives. CPU only.")
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "Tandem Dev <dev@tandem.local>" CACHE STRING "Maintainer field of the .deb")
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # tandem_<version>_<arch>.deb; arch from dpkg --print-architecture
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_STRIP_FILES ON)  # the programs; cmake --install never strips a static library
+set(_tandem_deb_depends libopenblas-dev libspdlog-dev nlohmann-json3-dev zlib1g-dev libssl-dev)
+if(TANDEM_MPI)
+  list(APPEND _tandem_deb_depends libopenmpi-dev)
+endif()
+if(TANDEM_GLOO)
+  list(APPEND _tandem_deb_depends libgloo-dev)
+endif()
+list(JOIN _tandem_deb_depends ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "cmake (>= 3.25), g++ (>= 4:12), make")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "dataset-fashion-mnist")
+set(CPACK_TANDEM_CUDA ${TANDEM_CUDA})
+set(CPACK_PROJECT_CONFIG_FILE ${PROJECT_SOURCE_DIR}/cmake/CPackProject.cmake)
+include(CPack)
