@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/types.h"
+#include "tandem/collectives/types.h"
 
 namespace spdlog {
 class logger;

@@ -33,7 +33,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/store.h"
+#include "tandem/collectives/store.h"
 
 namespace spdlog {
 class logger;

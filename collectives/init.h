@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "collectives/process_group.h"
+#include "tandem/collectives/process_group.h"
 
 namespace tandem {
 

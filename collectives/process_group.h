@@ -23,12 +23,12 @@
 #include <optional>
 #include <string>
 
-#include "collectives/fault_injection.h"
-#include "collectives/flight_recorder.h"
-#include "collectives/health.h"
-#include "collectives/store.h"
-#include "collectives/types.h"
-#include "collectives/work.h"
+#include "tandem/collectives/fault_injection.h"
+#include "tandem/collectives/flight_recorder.h"
+#include "tandem/collectives/health.h"
+#include "tandem/collectives/store.h"
+#include "tandem/collectives/types.h"
+#include "tandem/collectives/work.h"
 
 namespace tandem {
 

@@ -28,7 +28,7 @@
 #include <optional>
 #include <string>
 
-#include "collectives/types.h"
+#include "tandem/collectives/types.h"
 
 namespace tandem {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt.h"
-#include "runtime/checkpoint/checkpoint_meta.h"
-#include "runtime/data/text.h"
+#include "tandem/models/gpt.h"
+#include "tandem/runtime/checkpoint/checkpoint_meta.h"
+#include "tandem/runtime/data/text.h"
 
 namespace tandem {
 

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/model.h"
+#include "tandem/runtime/model.h"
 
 namespace tandem {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/strategy/strategy.h"
+#include "tandem/runtime/strategy/strategy.h"
 
 namespace tandem {
 

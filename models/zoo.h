@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt.h"
-#include "models/resnet.h"
-#include "runtime/model.h"
+#include "tandem/models/gpt.h"
+#include "tandem/models/resnet.h"
+#include "tandem/runtime/model.h"
 
 namespace tandem {
 

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "runtime/tensor.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model.h"
+#include "tandem/runtime/model.h"
 
 namespace tandem {
 

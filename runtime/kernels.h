@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/tensor.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

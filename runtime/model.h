@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/module.h"
-#include "runtime/trace.h"
+#include "tandem/runtime/module.h"
+#include "tandem/runtime/trace.h"
 
 namespace tandem {
 

@@ -25,8 +25,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/precision.h"
-#include "runtime/tensor.h"
+#include "tandem/runtime/precision.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

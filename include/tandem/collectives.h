@@ -8,7 +8,7 @@
 
 #include "tandem/version.h"
 
-#include "collectives/init.h"
-#include "collectives/process_group.h"
-#include "collectives/types.h"
-#include "collectives/work.h"
+#include "tandem/collectives/init.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/collectives/types.h"
+#include "tandem/collectives/work.h"

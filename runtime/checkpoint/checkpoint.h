@@ -26,11 +26,11 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/checkpoint/checkpoint_meta.h"
-#include "runtime/checkpoint/file_io.h"
-#include "runtime/checkpoint/safetensors.h"
-#include "runtime/model.h"
-#include "runtime/optim/optimizer.h"
+#include "tandem/runtime/checkpoint/checkpoint_meta.h"
+#include "tandem/runtime/checkpoint/file_io.h"
+#include "tandem/runtime/checkpoint/safetensors.h"
+#include "tandem/runtime/model.h"
+#include "tandem/runtime/optim/optimizer.h"
 
 namespace tandem {
 

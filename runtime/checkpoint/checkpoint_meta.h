@@ -12,10 +12,10 @@
 #include <optional>
 #include <string>
 
-#include "runtime/checkpoint/file_io.h"
-#include "runtime/data/loader.h"
-#include "runtime/optim/optimizer.h"
-#include "runtime/tensor.h"
+#include "tandem/runtime/checkpoint/file_io.h"
+#include "tandem/runtime/data/loader.h"
+#include "tandem/runtime/optim/optimizer.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

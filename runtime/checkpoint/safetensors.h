@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/checkpoint/file_io.h"
-#include "runtime/tensor.h"
+#include "tandem/runtime/checkpoint/file_io.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

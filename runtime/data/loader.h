@@ -18,9 +18,9 @@
 #include <span>
 #include <vector>
 
-#include "runtime/data/dataset.h"
-#include "runtime/data/sampler.h"
-#include "runtime/tensor.h"
+#include "tandem/runtime/data/dataset.h"
+#include "tandem/runtime/data/sampler.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

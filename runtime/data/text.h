@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/data/loader.h"
+#include "tandem/runtime/data/loader.h"
 
 namespace tandem {
 

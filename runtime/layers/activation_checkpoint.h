@@ -30,7 +30,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/module.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "runtime/layers/dropout.h"
-#include "runtime/layers/linear.h"
-#include "runtime/module.h"
+#include "tandem/runtime/layers/dropout.h"
+#include "tandem/runtime/layers/linear.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

@@ -27,8 +27,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/cross_replica.h"
-#include "runtime/module.h"
+#include "tandem/runtime/cross_replica.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/module.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "runtime/module.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

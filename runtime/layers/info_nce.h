@@ -23,9 +23,9 @@
 #include <span>
 #include <string>
 
-#include "collectives/process_group.h"
-#include "runtime/layers/loss.h"
-#include "runtime/strategy/gather.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/runtime/layers/loss.h"
+#include "tandem/runtime/strategy/gather.h"
 
 namespace tandem {
 

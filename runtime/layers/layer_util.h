@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/module.h"
-#include "runtime/tensor.h"
+#include "tandem/runtime/module.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/module.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels.h"
-#include "runtime/tensor.h"
+#include "tandem/runtime/kernels.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

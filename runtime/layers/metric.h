@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

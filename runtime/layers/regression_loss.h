@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/layers/loss.h"
-#include "runtime/layers/metric.h"
+#include "tandem/runtime/layers/loss.h"
+#include "tandem/runtime/layers/metric.h"
 
 namespace tandem {
 

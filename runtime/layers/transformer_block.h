@@ -11,12 +11,12 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/layers/activation.h"
-#include "runtime/layers/attention.h"
-#include "runtime/layers/dropout.h"
-#include "runtime/layers/layernorm.h"
-#include "runtime/layers/linear.h"
-#include "runtime/module.h"
+#include "tandem/runtime/layers/activation.h"
+#include "tandem/runtime/layers/attention.h"
+#include "tandem/runtime/layers/dropout.h"
+#include "tandem/runtime/layers/layernorm.h"
+#include "tandem/runtime/layers/linear.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/module.h"
+#include "tandem/runtime/module.h"
 
 namespace tandem {
 

@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "collectives/process_group.h"
-#include "runtime/tensor.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/runtime/tensor.h"
 
 namespace tandem {
 

@@ -18,10 +18,10 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/layers/loss.h"
-#include "runtime/strategy/replica_sync.h"
-#include "runtime/strategy/strategy.h"
-#include "runtime/thread_pool.h"
+#include "tandem/runtime/layers/loss.h"
+#include "tandem/runtime/strategy/replica_sync.h"
+#include "tandem/runtime/strategy/strategy.h"
+#include "tandem/runtime/thread_pool.h"
 
 namespace tandem {
 

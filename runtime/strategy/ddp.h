@@ -26,11 +26,11 @@
 
 #include <memory>
 
-#include "collectives/process_group.h"
-#include "runtime/layers/loss.h"
-#include "runtime/strategy/reducer.h"
-#include "runtime/strategy/strategy.h"
-#include "runtime/strategy/zero.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/runtime/layers/loss.h"
+#include "tandem/runtime/strategy/reducer.h"
+#include "tandem/runtime/strategy/strategy.h"
+#include "tandem/runtime/strategy/zero.h"
 
 namespace tandem {
 

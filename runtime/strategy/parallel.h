@@ -16,13 +16,13 @@
 #include <memory>
 #include <string_view>
 
-#include "collectives/init.h"
-#include "runtime/data/loader.h"
-#include "runtime/data/text.h"
-#include "runtime/precision.h"
-#include "runtime/strategy/comm_hook.h"
-#include "runtime/strategy/strategy.h"
-#include "runtime/trace.h"
+#include "tandem/collectives/init.h"
+#include "tandem/runtime/data/loader.h"
+#include "tandem/runtime/data/text.h"
+#include "tandem/runtime/precision.h"
+#include "tandem/runtime/strategy/comm_hook.h"
+#include "tandem/runtime/strategy/strategy.h"
+#include "tandem/runtime/trace.h"
 
 namespace tandem {
 

@@ -35,11 +35,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collectives/process_group.h"
-#include "runtime/module.h"
-#include "runtime/strategy/comm_hook.h"
-#include "runtime/strategy/strategy.h"
-#include "runtime/trace.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/runtime/module.h"
+#include "tandem/runtime/strategy/comm_hook.h"
+#include "tandem/runtime/strategy/strategy.h"
+#include "tandem/runtime/trace.h"
 
 namespace tandem {
 

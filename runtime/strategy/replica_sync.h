@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/process_group.h"
-#include "runtime/cross_replica.h"
-#include "runtime/model.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/runtime/cross_replica.h"
+#include "tandem/runtime/model.h"
 
 namespace tandem {
 

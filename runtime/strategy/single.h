@@ -5,8 +5,8 @@
 #include <memory>
 #include <span>
 
-#include "runtime/layers/loss.h"
-#include "runtime/strategy/strategy.h"
+#include "tandem/runtime/layers/loss.h"
+#include "tandem/runtime/strategy/strategy.h"
 
 namespace tandem {
 

@@ -22,13 +22,13 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/process_group.h"
-#include "runtime/data/loader.h"
-#include "runtime/kernels.h"
-#include "runtime/layers/loss.h"
-#include "runtime/layers/metric.h"
-#include "runtime/model.h"
-#include "runtime/optim/optimizer.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/runtime/data/loader.h"
+#include "tandem/runtime/kernels.h"
+#include "tandem/runtime/layers/loss.h"
+#include "tandem/runtime/layers/metric.h"
+#include "tandem/runtime/model.h"
+#include "tandem/runtime/optim/optimizer.h"
 
 namespace tandem {
 

@@ -35,12 +35,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collectives/process_group.h"
-#include "runtime/module.h"
-#include "runtime/optim/optimizer.h"
-#include "runtime/strategy/reducer.h"
-#include "runtime/strategy/strategy.h"
-#include "runtime/trace.h"
+#include "tandem/collectives/process_group.h"
+#include "tandem/runtime/module.h"
+#include "tandem/runtime/optim/optimizer.h"
+#include "tandem/runtime/strategy/reducer.h"
+#include "tandem/runtime/strategy/strategy.h"
+#include "tandem/runtime/trace.h"
 
 namespace tandem {
 

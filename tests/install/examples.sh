@@ -2,7 +2,9 @@
 # install.examples: the installed package as a user meets it. Installs BUILD_DIR into a fresh
 # prefix, copies each of examples/ out of the repository and builds it against that prefix
 # alone, fails if any compile or link command names the source or build tree (such a leak
-# works here and breaks on every other machine), then runs the programs:
+# works here and breaks on every other machine) or if an installed header includes another
+# without tandem/ (a decoy of each, earlier on the examples' include path, must not be
+# reached), then runs the programs:
 #   allreduce     tandemrun -np 2 (and mpirun -np 2): the exact sums on both ranks
 #   custom_model  tandemrun ddp to the end (test_accuracy >= 0.85); short dp, single and
 #                 mpirun ddp runs (exit 0); a bad flag (exit 2)
@@ -64,10 +66,41 @@ for f in bin/tandemrun lib/cmake/Tandem/TandemConfig.cmake include/tandem/tandem
   [ -e "$PREFIX/$f" ] || fail "the prefix lacks $f"
 done
 
+# --- the installed headers name each other tandem/... ---------------------------------------
+# A user's project with a runtime/ (or collectives/, models/) folder of its own earlier on its
+# include path must not shadow Tandem's headers (cmake/Package.cmake): every include of a
+# Tandem header in the installed tree is "tandem/...", and the exported targets put
+# PREFIX/include alone on the path. Checked by a grep of the installed tree and of the
+# exported targets, and by building every example below with a decoy of each installed
+# header (an #error) at its path without tandem/, in a directory searched before the prefix.
+mapfile -t installed_headers < <(find "$PREFIX/include" -type f -name '*.h')
+if grep -HnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*("|<(runtime|collectives|models|launcher)/)' \
+     "${installed_headers[@]}" | grep -vE '#[[:space:]]*include[[:space:]]*"tandem/' >"$TMP/includes.bad"; then
+  fail "an installed header includes a Tandem header without tandem/ (a user's own folder of that name would shadow it)"
+  head -5 "$TMP/includes.bad" | sed "s|$PREFIX/||; s/^/    /"
+else
+  pass "every installed header includes the others as tandem/... (${#installed_headers[@]} headers)"
+fi
+if grep -q 'INTERFACE_INCLUDE_DIRECTORIES.*/include/tandem' "$PREFIX/lib/cmake/Tandem/TandemTargets.cmake"; then
+  fail "the exported targets put PREFIX/include/tandem on the include path; PREFIX/include alone belongs there"
+  grep 'INTERFACE_INCLUDE_DIRECTORIES' "$PREFIX/lib/cmake/Tandem/TandemTargets.cmake" | sed 's/^/    /'
+else
+  pass "the exported targets put PREFIX/include alone on the include path"
+fi
+DECOY="$TMP/decoy-include"
+while read -r rel; do
+  mkdir -p "$DECOY/$(dirname "$rel")"
+  printf '#error "decoy header reached: %s (an installed Tandem header includes it without tandem/)"\n' \
+    "$rel" >"$DECOY/$rel"
+done < <(cd "$PREFIX/include/tandem" && find . -name '*.h' | sed 's|^\./||')
+
 # --- configure and build each example out of tree ----------------------------------------
 # The same compiler as the build (a user's would be ABI-compatible with it). With CUDA the
 # package's config runs find_dependency(CUDAToolkit): point it at the build's toolkit.
-CONFIGURE=(-DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
+# -I puts the decoys before the prefix, as a user's target_include_directories(app PRIVATE dir)
+# would: imported targets' directories come as -isystem, searched after every -I.
+CONFIGURE=(-DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+           -DCMAKE_CXX_FLAGS="-I$DECOY")
 CXX_COMPILER="$(cached CMAKE_CXX_COMPILER)"
 [ -n "$CXX_COMPILER" ] && CONFIGURE+=(-DCMAKE_CXX_COMPILER="$CXX_COMPILER")
 NVCC="$(cached CMAKE_CUDA_COMPILER)"
@@ -99,13 +132,18 @@ build_example() {
   rm -rf "$src/build"*  # a build folder someone left in the example is not part of it
   run_ok "$name: configure against the prefix" "$TMP/$name.configure.log" -- \
     cmake -S "$src" -B "$bld" "${CONFIGURE[@]}" || return 1
-  run_ok "$name: build" "$TMP/$name.build.log" -- cmake --build "$bld" --verbose -j 2 || return 1
+  if ! run_ok "$name: build" "$TMP/$name.build.log" -- cmake --build "$bld" --verbose -j 2; then
+    echo "    the first errors:"; grep -m 3 -F 'error' "$TMP/$name.build.log" | cut -c1-300 | sed 's/^/    /'
+    return 1
+  fi
   local commands=("$bld/compile_commands.json" "$TMP/$name.build.log")
   mapfile -t -O ${#commands[@]} commands < <(find "$bld/CMakeFiles" -name link.txt)
   if [ ! -s "$bld/compile_commands.json" ]; then
     fail "$name: no compile_commands.json to check"
   elif ! grep -qF "$PREFIX/include" "$bld/compile_commands.json"; then
     fail "$name: the compile commands do not take headers from $PREFIX/include"
+  elif ! grep -qF -- "-I$DECOY" "$bld/compile_commands.json"; then
+    fail "$name: the compile commands do not put the decoy headers ($DECOY) on the include path"
   elif ! grep -qF "$PREFIX/lib/$library" "$TMP/$name.build.log"; then
     fail "$name: the link command does not take $PREFIX/lib/$library"
   elif leaks "${commands[@]}" >"$TMP/$name.leaks"; then
