@@ -1,7 +1,7 @@
 // CPU kernels, part 1: OpenBLAS sgemm, elementwise loops, reductions and dtype
 // conversion, compiled once per instruction-set level (cpu_isa.h). Part 2
 // (cpu_kernels_nn.cpp) holds the convolution, pooling, normalisation, loss and optimizer
-// kernels; cpu_isa.cpp chooses the level and owns the process-wide BLAS thread count.
+// kernels; cpu_isa.cpp chooses the level, blas_core.cpp sets the BLAS thread count.
 // Invariant: each kernel makes one pass over its large operands, is written so that GCC
 // vectorises it at -O3 for any level without -ffast-math or contraction (restrict
 // pointers, no loop-carried float dependence: reductions use independent lanes), so every
