@@ -393,7 +393,7 @@ TEST_F(CudaKernelsDense, IndicesPast2To31) {
   std::vector<float> want(1000);
   for (int64_t j = 0; j < 1000; ++j) {
     const uint64_t i = static_cast<uint64_t>(n - 1000 + j);
-    const float u = static_cast<float>(cpu::splitmix64_at(9, i) >> 40) * (1.0f / 16777216.0f);
+    const float u = static_cast<float>(cpu::baseline::splitmix64_at(9, i) >> 40) * (1.0f / 16777216.0f);
     want[j] = u >= 0.5f ? 2.f : 0.f;
   }
   expect_bitwise(tail, want, "dropout mask: the last 1000 elements");
