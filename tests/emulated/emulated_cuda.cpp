@@ -32,7 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/cpu/cpu_kernels_impl.h"
+#include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cuda_device.h"
 
 namespace tandem::cuda {
@@ -227,7 +227,7 @@ class EmulatedKernels final : public Kernels {
 
  private:
   int device_;
-  cpu::CpuKernels cpu_;
+  Kernels& cpu_ = cpu::kernels();  // the CPU kernels of the level this CPU runs
 };
 
 struct EmulatedDevices {
