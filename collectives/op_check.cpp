@@ -3,8 +3,6 @@
 
 #include <sstream>
 
-#include "collectives/health.h"
-
 namespace tandem {
 
 namespace {
@@ -14,9 +12,22 @@ bool same_op(const OpFingerprint& a, const OpFingerprint& b) {
          a.op == b.op && a.dtype == b.dtype && a.reduce == b.reduce;
 }
 
-// "rank 3", "ranks 0-2", "ranks 0, 2, 5-7" (the list as the rank health writes it)
+// "rank 3", "ranks 0-1", "ranks 0, 2, 5-7": every run of neighbours as a range (the rank
+// health's rank_list writes a pair as "0, 1"; the op check's messages keep their form).
 std::string ranks_phrase(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_list(ranks);
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) {
+      out += '-';
+      out += std::to_string(ranks[j]);
+    }
+    i = j + 1;
+  }
+  return out;
 }
 
 // A peer's bytes name an enum value this build may not know (a corrupt or foreign
