@@ -21,19 +21,13 @@
 
 #include "runtime/cpu/cpu_isa.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "tests/support/finite_differences.h"
 
 namespace tandem {
 namespace {
 
 using cpu::CpuIsa;
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using testing::randn;
 
 std::vector<int32_t> labels(size_t n, int32_t classes, uint32_t seed) {
   std::mt19937 rng(seed);
