@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#if defined(TANDEM_CPU_DISPATCH)
+#include <cpuid.h>
+#endif
+
 #include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/cpu_kernels.h"
 
@@ -22,10 +26,13 @@ const char* cpu_isa_name(CpuIsa isa) {
 
 CpuIsa cpu_isa_best() {
 #if defined(TANDEM_CPU_DISPATCH)
+  // F16C through the compiler's <cpuid.h> (CPUID leaf 1, ECX): clang 14's
+  // __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
   // The same instructions the target regions enable (cpu_isa_region.h), no fewer.
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   return avx512 ? CpuIsa::avx512 : avx2 ? CpuIsa::avx2 : CpuIsa::baseline;
