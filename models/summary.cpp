@@ -97,6 +97,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"precision", s.precision},
       {"grad_reduce_dtype", s.grad_reduce_dtype},
       {"bf16_gemm", s.bf16_gemm ? json(*s.bf16_gemm) : json(nullptr)},
+      {"cpu_kernels", s.cpu_kernels},
   };
   std::string tmp = path + ".tmp";
   {

@@ -51,6 +51,7 @@ struct RunSummary {
   std::string precision = "fp32";          // matrix products: fp32 | bf16 (docs/precision.md)
   std::string grad_reduce_dtype = "fp32";  // gradient all-reduce: fp32 | bf16 | fp16
   std::optional<std::string> bf16_gemm;    // under bf16: native | fallback (CPU) | cublas
+  std::string cpu_kernels = "baseline";    // runtime/cpu/cpu_isa.h: baseline | avx2 | avx512 | avx512-bf16
 };
 
 // Writes atomically (temporary file then rename). Throws naming the path on failure.

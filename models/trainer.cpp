@@ -19,6 +19,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cpu/blas_core.h"
 #include "runtime/cpu/bf16_gemm.h"
+#include "runtime/cpu/cpu_isa.h"
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
 #include "runtime/strategy/parallel.h"
@@ -95,10 +96,10 @@ void Trainer::log_start() const {
   }
   const int64_t test_size = data_.text ? kDefaultEvalWindows : data_.test->size;
   spdlog::info("{}: model {} ({} parameters), {} {} train / {} test, global batch {}, {} steps "
-               "({} per epoch), {} threads, lr {} (warm-up {} steps, cosine), {}",
+               "({} per epoch), {} threads, lr {} (warm-up {} steps, cosine), {}, CPU kernels {}",
                strategy_->mode(), c_.model, strategy_->model().num_parameters(), c_.data, data_.train_size(),
                test_size, global_batch_, total_steps_, steps_per_epoch_, threads_, c_.lr, warmup_,
-               c_.optimizer == OptimizerKind::adamw ? "adamw" : "sgd");
+               c_.optimizer == OptimizerKind::adamw ? "adamw" : "sgd", cpu::cpu_kernel_set());
   if (strategy_->rank() == 0)
     if (auto warning = cpu::blas_core_warning()) spdlog::warn("{}", *warning);
 }
@@ -337,6 +338,7 @@ RunSummary Trainer::summary() const {
   s.precision = precision_str(c_.precision);
   s.grad_reduce_dtype = c_.comm_hook == CommHookKind::none ? "fp32" : comm_hook_str(c_.comm_hook);
   if (!bf16_gemm_.empty()) s.bf16_gemm = bf16_gemm_;
+  s.cpu_kernels = cpu::cpu_kernel_set();
   return s;
 }
 

@@ -2,9 +2,24 @@
 // f32 lane, in a GotoBLAS-style blocked kernel. op(B) is packed into 32-column panels
 // of (even k, odd k) pairs, op(A) into 8-row panels of the same pairs, and an 8x32
 // micro-kernel keeps its 16 accumulators in registers across the K block.
-// Invariant: only this file holds AVX-512 code, behind target attributes, and it runs
+// Invariant: only this file holds AVX512-BF16 code, behind target attributes, and it runs
 // only after bf16_native_supported() said yes; packing pads with zeros, so every panel
-// is full and the edges are masked only when C is written.
+// is full and the edges are masked only when C is written. Off x86-64 (no
+// TANDEM_CPU_DISPATCH) the kernel is not compiled and its entry point throws.
+#include "runtime/cpu/bf16_gemm.h"
+
+#include <stdexcept>
+
+#if !defined(TANDEM_CPU_DISPATCH)
+
+namespace tandem::cpu::detail {
+void gemm_bf16_avx512(float*, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, bool, bool, float) {
+  throw std::logic_error("gemm_bf16_avx512: this build has no AVX512-BF16 kernel (not an x86-64 build)");
+}
+}  // namespace tandem::cpu::detail
+
+#else
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -13,7 +28,6 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/cpu/bf16_gemm.h"
 #include "runtime/kernels.h"
 #include "runtime/thread_pool.h"
 
@@ -153,3 +167,5 @@ void gemm_bf16_avx512(float* C, const uint16_t* A, const uint16_t* B, int64_t M,
 }
 
 }  // namespace tandem::cpu::detail
+
+#endif  // TANDEM_CPU_DISPATCH

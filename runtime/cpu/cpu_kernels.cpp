@@ -1,12 +1,12 @@
-// CPU kernels, part 1: OpenBLAS sgemm, elementwise loops, reductions, dtype conversion,
-// and the process-wide BLAS thread count. Part 2 (cpu_kernels_nn.cpp) holds the
-// convolution, pooling, normalisation, loss and optimizer kernels.
+// CPU kernels, part 1: OpenBLAS sgemm, elementwise loops, reductions and dtype
+// conversion, compiled once per instruction-set level (cpu_isa.h). Part 2
+// (cpu_kernels_nn.cpp) holds the convolution, pooling, normalisation, loss and optimizer
+// kernels; cpu_isa.cpp chooses the level and owns the process-wide BLAS thread count.
 // Invariant: each kernel makes one pass over its large operands, is written so that GCC
-// vectorises it at -O3 -march=x86-64-v3 without -ffast-math (restrict pointers, no
-// loop-carried float dependence: reductions use independent lanes), and never reads an
-// output it is told to overwrite (so fresh, uninitialised buffers are valid outputs).
-#include "runtime/cpu/cpu_kernels.h"
-
+// vectorises it at -O3 for any level without -ffast-math or contraction (restrict
+// pointers, no loop-carried float dependence: reductions use independent lanes), so every
+// level computes the same bits; and never reads an output it is told to overwrite (so
+// fresh, uninitialised buffers are valid outputs).
 #include <cblas.h>
 #include <fp16.h>
 
@@ -16,27 +16,19 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/cpu/bf16_gemm.h"
+#include "runtime/cpu/cpu_isa.h"
 #include "runtime/cpu/cpu_kernels_impl.h"
 
-#if defined(__F16C__)
-#include <immintrin.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // used only inside the avx2 and avx512 regions
 #endif
 
-namespace tandem {
+TANDEM_CPU_ISA_BEGIN
 
-void set_cpu_threads(int threads) {
-  if (threads < 1)
-    throw std::invalid_argument("set_cpu_threads: threads must be >= 1, got " + std::to_string(threads));
-  openblas_set_num_threads(threads);
-}
-
-int cpu_threads() { return openblas_get_num_threads(); }
-
-namespace cpu {
-
-Kernels& kernels() {
-  static CpuKernels instance;  // stateless, so sharing one instance is safe
-  return instance;
+Kernels& instance() {
+  static CpuKernels kernels;  // stateless, so sharing one instance is safe
+  return kernels;
 }
 
 namespace {
@@ -63,6 +55,11 @@ inline float f32_from_bits(uint32_t b) {
 }  // namespace
 
 // --- dense algebra -----------------------------------------------------------------
+
+void CpuKernels::gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                           bool trans_a, bool trans_b, float alpha, float beta) {
+  cpu::gemm_bf16(bf16_gemm_path(), C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
+}
 
 void CpuKernels::gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
                       bool trans_a, bool trans_b, float alpha, float beta) {
@@ -199,7 +196,7 @@ double CpuKernels::sum(const float* __restrict x, int64_t n) {
 
 void CpuKernels::f32_to_f16(uint16_t* __restrict dst, const float* __restrict src, int64_t n) {
   int64_t i = 0;
-#if defined(__F16C__)
+#if TANDEM_CPU_ISA_LEVEL >= 1
   // The hardware conversion rounds to nearest even like fp16.h; it differs only in the
   // payload bits of a NaN (still a NaN), which carry no meaning here.
   for (; i + 8 <= n; i += 8) {
@@ -212,7 +209,7 @@ void CpuKernels::f32_to_f16(uint16_t* __restrict dst, const float* __restrict sr
 
 void CpuKernels::f16_to_f32(float* __restrict dst, const uint16_t* __restrict src, int64_t n) {
   int64_t i = 0;
-#if defined(__F16C__)
+#if TANDEM_CPU_ISA_LEVEL >= 1
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
@@ -235,5 +232,4 @@ void CpuKernels::bf16_to_f32(float* __restrict dst, const uint16_t* __restrict s
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_from_bits(static_cast<uint32_t>(src[i]) << 16);
 }
 
-}  // namespace cpu
-}  // namespace tandem
+TANDEM_CPU_ISA_END

@@ -10,7 +10,7 @@
 
 #include "runtime/cpu/cpu_kernels_impl.h"
 
-namespace tandem::cpu {
+TANDEM_CPU_ISA_BEGIN
 
 namespace {
 
@@ -144,4 +144,4 @@ void CpuKernels::batchnorm_backward_dx(float* __restrict dx, const float* __rest
     }
 }
 
-}  // namespace tandem::cpu
+TANDEM_CPU_ISA_END

@@ -4,17 +4,20 @@
 // with logits), cpu_kernels_batchnorm.cpp (batch normalisation) and
 // cpu_kernels_transformer.cpp (embedding, attention, GELU-tanh, gradient clipping).
 // Internal to runtime/cpu/: callers use tandem::cpu::kernels() or kernels_for(Device::cpu()).
+// Each translation unit compiles this class into its level's namespace (cpu_isa_region.h):
+// tandem::cpu::baseline::CpuKernels, and on x86-64 avx2:: and avx512:: as well.
 // Invariant: every method follows kernels.h exactly (outputs first; *_acc adds, the rest
 // overwrite) and keeps no state between calls, so one instance serves every thread.
 #pragma once
 
 #include <chrono>
-
 #include <cstdint>
+#include <memory>
 
+#include "runtime/cpu/cpu_isa_region.h"
 #include "runtime/kernels.h"
 
-namespace tandem::cpu {
+TANDEM_CPU_ISA_BEGIN
 
 // The i-th draw of a splitmix64 stream seeded with `seed` (Steele et al. 2014), i.e. the
 // finaliser applied to seed + (i+1) * golden gamma. Dropout draws its mask from it, so
@@ -46,7 +49,7 @@ class CpuKernels final : public Kernels {
 
   void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
             bool trans_b, float alpha, float beta) override;
-  // bf16_gemm.cpp: the AVX512-BF16 kernel or the f32 fallback (bf16_gemm.h).
+  // The AVX512-BF16 kernel or the f32 fallback (bf16_gemm.h), whichever bf16_gemm_path() says.
   void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, bool trans_a,
                  bool trans_b, float alpha, float beta) override;
 
@@ -159,4 +162,4 @@ class CpuKernels final : public Kernels {
   }
 };
 
-}  // namespace tandem::cpu
+TANDEM_CPU_ISA_END

@@ -8,7 +8,7 @@
 
 #include "runtime/cpu/cpu_kernels_impl.h"
 
-namespace tandem::cpu {
+TANDEM_CPU_ISA_BEGIN
 
 namespace {
 
@@ -67,4 +67,4 @@ void CpuKernels::bce_logits_backward(float* __restrict dlogits, const float* __r
   for (int64_t i = 0; i < rows * cols; ++i) dlogits[i] = scale * (sigmoid(logits[i]) - target[i]) / fcols;
 }
 
-}  // namespace tandem::cpu
+TANDEM_CPU_ISA_END

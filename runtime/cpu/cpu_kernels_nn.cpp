@@ -12,11 +12,11 @@
 
 #include "runtime/cpu/cpu_kernels_impl.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // used only inside the avx2 and avx512 regions
 #endif
 
-namespace tandem::cpu {
+TANDEM_CPU_ISA_BEGIN
 
 namespace {
 
@@ -305,7 +305,7 @@ void CpuKernels::adamw_update(float* __restrict param, float* __restrict m, floa
   const float step_size = static_cast<float>(static_cast<double>(lr) / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = std::fma(-lr, weight_decay, 1.f);  // fused, as GCC contracts it; CUDA matches
-#if defined(__AVX2__)
+#if TANDEM_CPU_ISA_LEVEL >= 1
   // GCC will not vectorise sqrtf while it may set errno, so the body is spelled out. The
   // tail goes through the same instructions under a mask, so every element gets
   // bit-identical results wherever it sits in the tensor (a DDP bucket view or not).
@@ -345,4 +345,4 @@ void CpuKernels::adamw_update(float* __restrict param, float* __restrict m, floa
 #endif
 }
 
-}  // namespace tandem::cpu
+TANDEM_CPU_ISA_END

@@ -5,7 +5,7 @@
 // Invariant: attention's att has exact zeros above the diagonal, every attention row sums
 // to 1 over its causal prefix, embedding_backward_acc adds each table row's contributions
 // in increasing n, and the elementwise loops stay free of libm calls so GCC vectorises
-// them at -O3 -march=x86-64-v3 (no -ffast-math).
+// them at -O3 for every level of cpu_isa.h (no -ffast-math).
 #include <cblas.h>
 
 #include <bit>
@@ -18,7 +18,7 @@
 
 #include "runtime/cpu/cpu_kernels_impl.h"
 
-namespace tandem::cpu {
+TANDEM_CPU_ISA_BEGIN
 
 namespace {
 
@@ -273,4 +273,4 @@ void CpuKernels::clip_scale(float* __restrict x, int64_t n, const double* sum_sq
   for (int64_t i = 0; i < n; ++i) x[i] *= coef;
 }
 
-}  // namespace tandem::cpu
+TANDEM_CPU_ISA_END

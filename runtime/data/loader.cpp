@@ -2,13 +2,17 @@
 // Invariant: a batch depends only on (sampler options, epoch, step), never on loader history.
 #include "runtime/data/loader.h"
 
+#if defined(TANDEM_CPU_DISPATCH)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "runtime/cpu/cpu_isa.h"
 
 namespace tandem {
 
@@ -17,18 +21,31 @@ namespace {
 // dst[k] = (src[k] / 255 - mean) / std, each operation rounded as written: the same bits as
 // a 256-entry table of that formula, but two vector divisions per 8 pixels instead of a
 // load per pixel, which matters where a GPU waits for the host to assemble large batches
-// (loader.h gives the measured time).
-void normalise_pixels(float* dst, const uint8_t* src, int64_t n, float mean, float std_dev) {
+// (loader.h gives the measured time). The AVX2 loop runs where the CPU kernels run at
+// avx2 or above (runtime/cpu/cpu_isa.h); it computes the same bits as the scalar loop.
+void normalise_pixels_scalar(float* dst, const uint8_t* src, int64_t k, int64_t n, float mean, float std_dev) {
+  for (; k < n; ++k) dst[k] = (static_cast<float>(src[k]) / 255.0f - mean) / std_dev;
+}
+
+#if defined(TANDEM_CPU_DISPATCH)
+__attribute__((target("avx2"))) void normalise_pixels_avx2(float* dst, const uint8_t* src, int64_t n, float mean,
+                                                           float std_dev) {
   int64_t k = 0;
-#if defined(__AVX2__)
   const __m256 v255 = _mm256_set1_ps(255.0f), vmean = _mm256_set1_ps(mean), vstd = _mm256_set1_ps(std_dev);
   for (; k + 8 <= n; k += 8) {
     const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + k)));
     const __m256 x = _mm256_cvtepi32_ps(bytes);
     _mm256_storeu_ps(dst + k, _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(x, v255), vmean), vstd));
   }
+  normalise_pixels_scalar(dst, src, k, n, mean, std_dev);
+}
 #endif
-  for (; k < n; ++k) dst[k] = (static_cast<float>(src[k]) / 255.0f - mean) / std_dev;
+
+void normalise_pixels(float* dst, const uint8_t* src, int64_t n, float mean, float std_dev) {
+#if defined(TANDEM_CPU_DISPATCH)
+  if (cpu::cpu_isa() >= cpu::CpuIsa::avx2) return normalise_pixels_avx2(dst, src, n, mean, std_dev);
+#endif
+  normalise_pixels_scalar(dst, src, 0, n, mean, std_dev);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "param_checksum", "replicas_identical", "buckets", "precision", "grad_reduce_dtype", "bf16_gemm",
         "zero", "optimizer_state_mb_per_rank", "buffer_checksum", "sync_batchnorm", "broadcast_buffers",
         "activation_checkpointing", "peak_temporary_bytes", "peak_temporary_bytes_per_rank",
-        "process_cpu_ms", "comm_cpu_ms", "pss_mb_per_rank"]
+        "process_cpu_ms", "comm_cpu_ms", "pss_mb_per_rank", "cpu_kernels"]
 
 
 def fail(msg):
@@ -31,6 +31,8 @@ def main():
     p.add_argument("--precision")
     p.add_argument("--grad-reduce-dtype")
     p.add_argument("--bf16-gemm")
+    # runtime/cpu/cpu_isa.h: the CPU kernel set the run dispatched to
+    p.add_argument("--cpu-kernels")
     p.add_argument("--max-test-loss", type=float)
     p.add_argument("--replicas-identical", action="store_true")
     p.add_argument("--accuracy-near", nargs=2, metavar=("SUMMARY", "TOL"))
@@ -81,6 +83,10 @@ def main():
         fail(f"grad_reduce_dtype {s['grad_reduce_dtype']} != {a.grad_reduce_dtype}")
     if a.bf16_gemm and s["bf16_gemm"] != (None if a.bf16_gemm == "none" else a.bf16_gemm):
         fail(f"bf16_gemm {s['bf16_gemm']} != {a.bf16_gemm}")
+    if s["cpu_kernels"] not in ("baseline", "avx2", "avx512", "avx512-bf16"):
+        fail(f"cpu_kernels {s['cpu_kernels']!r} is not a kernel set (baseline, avx2, avx512, avx512-bf16)")
+    if a.cpu_kernels and s["cpu_kernels"] != a.cpu_kernels:
+        fail(f"cpu_kernels {s['cpu_kernels']} != {a.cpu_kernels}")
     if a.max_test_loss is not None and not (s["test_loss"] is not None and s["test_loss"] <= a.max_test_loss):
         fail(f"test_loss {s['test_loss']} > {a.max_test_loss}")
     for opt, key in ((a.accuracy_near, "test_accuracy"), (a.loss_near, "test_loss")):
