@@ -7,10 +7,10 @@ source "$(dirname "$0")/lib.sh"
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then DATA=(--data fashion-mnist); else
   DATA=(--data synthetic --synthetic-train 4096 --synthetic-test 1024); fi
 expect 0 "done:" -- "$BIN/tandemrun" --nproc-per-node 2 --master-port 0 -- "$BIN/tandem-train" --mode ddp \
-  --backend shm --model mlp "${DATA[@]}" --hidden 128 --max-steps 100 --batch-size 32 --lr 0.05 --threads 1 \
+  --backend shm --model mlp "${DATA[@]}" --hidden 128 --max-steps 50 --batch-size 32 --lr 0.05 --threads 1 \
   --no-progress --summary-json "$TMP/s.json"
-expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/s.json" --mode ddp --steps 100 \
-  --replicas-identical --max-test-loss 1.0
+expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/s.json" --mode ddp --steps 50 \
+  --replicas-identical --max-test-loss 1.2
 expect 0 "shm, 2 ranks" -- python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
