@@ -23,11 +23,12 @@ message(STATUS "tandem: FP16 (fp16.h in ${FP16_INCLUDE_DIR})")
 add_library(tandem_fp16 INTERFACE)
 target_include_directories(tandem_fp16 INTERFACE ${FP16_INCLUDE_DIR})
 
-# OpenBLAS: the pthread variant, through its cblas interface.
+# OpenBLAS: the pthread variant, through its cblas interface, in the target's multiarch
+# directories (x86_64-linux-gnu, or aarch64-linux-gnu in the cross build).
 find_path(OPENBLAS_INCLUDE_DIR cblas.h
-  PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas NO_DEFAULT_PATH)
+  PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread /usr/include/openblas NO_DEFAULT_PATH)
 find_library(OPENBLAS_LIBRARY NAMES openblas
-  PATHS /usr/lib/x86_64-linux-gnu/openblas-pthread /usr/lib/x86_64-linux-gnu)
+  PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE})
 if(NOT OPENBLAS_INCLUDE_DIR OR NOT OPENBLAS_LIBRARY)
   message(FATAL_ERROR "tandem: OpenBLAS not found (install libopenblas-dev)")
 endif()

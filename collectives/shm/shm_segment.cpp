@@ -18,14 +18,8 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TANDEM_SHM_PAUSE() _mm_pause()
-#else
-#define TANDEM_SHM_PAUSE() std::atomic_signal_fence(std::memory_order_seq_cst)
-#endif
-
 #include "collectives/process_liveness.h"
+#include "collectives/spin.h"
 #include "collectives/types.h"
 
 namespace tandem {
@@ -211,7 +205,7 @@ void ShmSegment::wait_peers(Awaited what, uint64_t round) {
   };
   for (int i = 0; i < 2000; ++i) {
     if (ready()) return;
-    TANDEM_SHM_PAUSE();
+    cpu_relax();  // pause on x86, yield on aarch64: the core's hint that this is a spin
   }
   auto next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
   for (uint64_t i = 1;; ++i) {
