@@ -42,25 +42,6 @@ constexpr uint32_t kMaxKeysPerRequest = 1 << 20;
 // overflow whatever a client sends.
 constexpr int64_t kMaxWaitMs = int64_t{1} << 40;
 
-struct Client {
-  uint64_t id = 0;
-  int fd = -1;
-  std::string peer;
-  bool greeted = false;
-  bool blocked = false;          // a get/wait is parked: do not parse further requests
-  bool close_after_flush = false;
-  bool dead = false;
-  std::string in;
-  std::string out;
-};
-
-struct Waiter {
-  uint64_t client = 0;
-  bool is_get = false;
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-};
-
 std::string peer_name(const sockaddr_storage& addr) {
   char host[NI_MAXHOST] = "?";
   char port[NI_MAXSERV] = "?";
@@ -72,6 +53,27 @@ std::string peer_name(const sockaddr_storage& addr) {
 }  // namespace
 
 struct StoreServer::Impl {
+  // Nested, not in the anonymous namespace: Impl has external linkage, and a unity build
+  // (TANDEM_UNITY_BUILD) includes this file, where GCC warns of a member of internal type.
+  struct Client {
+    uint64_t id = 0;
+    int fd = -1;
+    std::string peer;
+    bool greeted = false;
+    bool blocked = false;          // a get/wait is parked: do not parse further requests
+    bool close_after_flush = false;
+    bool dead = false;
+    std::string in;
+    std::string out;
+  };
+
+  struct Waiter {
+    uint64_t client = 0;
+    bool is_get = false;
+    std::vector<std::string> keys;
+    Clock::time_point deadline;
+  };
+
   StoreServerOptions options;
   int listen_fd = -1;
   int wake[2] = {-1, -1};

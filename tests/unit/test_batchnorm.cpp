@@ -65,7 +65,9 @@ void gradcheck(BatchNorm& bn, Tensor x, uint32_t seed, const std::vector<Paramet
   const Tensor dx = tandem::testing::gradcheck([&](const Tensor& t) { return bn.forward(t); },
                                                [&](const Tensor& d) { return bn.backward(d); }, checked, x, seed,
                                                check_input);
-  if (!check_input) EXPECT_FALSE(dx.defined());
+  if (!check_input) {
+    EXPECT_FALSE(dx.defined());
+  }
 }
 
 // A stand-in for R identical replicas: every replica holds this one's values, so the sum
