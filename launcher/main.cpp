@@ -63,7 +63,7 @@ int run(const LaunchOptions& o, LauncherSignals& signals, Console& console) {
   try {
     store = std::make_unique<JobStore>(o, poll_signal);
     if (o.master_port == 0) {
-      spdlog::info("--master-port 0: the store listens on port {} (MASTER_PORT={})", store->port(), store->port());
+      spdlog::info("--master-port 0: the store listens on port {} (TANDEM_STORE_PORT={})", store->port(), store->port());
     }
     if (o.nnodes > 1) {
       spdlog::info("{} the store of job {} at {}; waiting for {} nodes (up to {} s)",
