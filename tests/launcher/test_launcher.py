@@ -268,6 +268,31 @@ def test_serve_master_port():
     check(int(found[0].split()[3]) != store_port(r), "MASTER_PORT is tandemrun's store port", r)
 
 
+def test_hang_timeout_program_kind():
+    # --hang-timeout-s needs heartbeats, which only programs built with Tandem's
+    # collectives send: for any other program tandemrun says so and leaves hang
+    # detection off, rather than report a hang (and SIGUSR1 the program) later.
+    off = "so it sends no heartbeats; hang detection is off for this job"
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--hang-timeout-s", "30"], ["--mode", "ok"])
+    check(rc == 0 and not any(off in l for l in r.err), "a Tandem program keeps hang detection", r)
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "job.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho \"plain rank $RANK\"\n")
+        os.chmod(script, 0o755)
+        for program, why in ((script, "is not an ELF program (a script, or a file tandemrun cannot read)"),
+                             ("/bin/true", "an ELF program without Tandem's collectives (no section tandem_heartbeats)")):
+            r = Run(["--nproc-per-node", "2", "--master-port", "0", "--hang-timeout-s", "30"], [], program=program)
+            rc = r.finish()
+            warned = [l for l in r.err if off in l]
+            check(rc == 0, f"{program}: exit {rc}", r)
+            check(len(warned) == 1 and "--hang-timeout-s 30" in warned[0] and why in warned[0],
+                  f"{program}: expected one warning saying it {why}", r)
+            if program == script:
+                check(r.out == ["[0:0] plain rank 0", "[0:1] plain rank 1"] or
+                      r.out == ["[0:1] plain rank 1", "[0:0] plain rank 0"], "the script's output", r)
+
+
 SPAM_LINE = re.compile(r"^\[0:(\d)\] rank (\d) (out|err) (\d+) ([a-z]{100})$")
 
 
