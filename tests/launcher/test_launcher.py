@@ -503,6 +503,26 @@ def test_two_nodes_allreduce():
             check(f"[{node}:{rank}] allreduce ok sum=10 world=4 rank={rank} backend=gloo" in r.out, f"rank {rank} allreduce", r)
 
 
+def test_two_nodes_env():
+    # Two nodes of two: every variable exactly, and one MASTER_PORT agreed through the store.
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    flags = ["--nnodes", "2", "--nproc-per-node", "2", "--master-port", str(port), "--job-id", "jobE",
+             "--max-restarts", "3", "--rdzv-timeout-s", "60"]
+    nodes = [Run(flags + ["--node-rank", str(n)], ["--mode", "env"], env) for n in (0, 1)]
+    rcs = [n.finish() for n in nodes]
+    for node, (rc, r) in enumerate(zip(rcs, nodes)):
+        check(rc == 0, f"node {node}: exit {rc}", r)
+    master = master_port_of(nodes[0])
+    check(master != port, "MASTER_PORT is tandemrun's store port", nodes[0])
+    for node, r in enumerate(nodes):
+        for local in (0, 1):
+            rank = 2 * node + local
+            got = env_of(r, node, rank)
+            want = expected_env(rank, local, node, 2, 2, port, master, "jobE", max_restarts=3)
+            check(got == want, f"node {node}, rank {rank}:\n got  {got}\n want {want}", r)
+
+
 def test_two_nodes_teardown():
     # A rank on node 1 fails: node 0's workers are stopped too, and both nodes print
     # the same first failure.
