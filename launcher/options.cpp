@@ -167,7 +167,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--hang-timeout-s", hang_timeout_s,
                  "End (or restart) the job when no rank completed a training step for S seconds; every rank "
-                 "dumps its flight recorder first and one analysis is printed (0: off)")
+                 "dumps its flight recorder first and one analysis is printed (0: off). Needs the heartbeats of "
+                 "programs built with Tandem's collectives: for others (python3 ...) it warns and stays off")
       ->capture_default_str();
   app.add_option("--job-id", o.job_id,
                  "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");
