@@ -17,6 +17,12 @@
 
 #include <spdlog/spdlog.h>
 
+// Every program that can send heartbeats carries this section, so tandemrun can tell it
+// from one that cannot before --hang-timeout-s relies on them (launcher/program_kind.h).
+// `retain` keeps it through --gc-sections; the name is the contract, the text a label.
+extern "C" __attribute__((used, retain, section("tandem_heartbeats"))) const char tandem_heartbeats_marker[] =
+    "sends Tandem heartbeats (collectives/health.h)";
+
 namespace tandem {
 
 namespace {

@@ -103,15 +103,28 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
                                   " and OMPI_COMM_WORLD_RANK=" + std::to_string(mpi_rank) + " disagree");
     }
   }
-  const auto addr = lookup("MASTER_ADDR");
-  const auto port = lookup("MASTER_PORT");
+  // Tandem's store: TANDEM_STORE_ADDR/PORT where a launcher leaves MASTER_PORT to the
+  // job's own processes (tandemrun), else MASTER_ADDR/PORT (mpirun -x, a hand-set one).
+  const auto set = [&](const char* name) { auto v = lookup(name); return v && !v->empty(); };
+  const bool own = set("TANDEM_STORE_ADDR") || set("TANDEM_STORE_PORT");
+  const std::string addr_var = own ? "TANDEM_STORE_ADDR" : "MASTER_ADDR";
+  const std::string port_var = own ? "TANDEM_STORE_PORT" : "MASTER_PORT";
+  if (!own && lookup("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True")) {
+    throw std::invalid_argument(
+        "environment variable TORCHELASTIC_USE_AGENT_STORE=True: torchrun started this process, and its agent "
+        "serves a PyTorch (c10d) store at MASTER_ADDR:MASTER_PORT, which Tandem's collectives cannot speak to; "
+        "start Tandem programs with tandemrun or mpirun, or give them a store of their own with "
+        "TANDEM_STORE_ADDR and TANDEM_STORE_PORT");
+  }
+  const auto addr = lookup(addr_var);
+  const auto port = lookup(port_var);
   if (addr && !addr->empty()) {
     env.master_addr = *addr;
-    env.master_port = parse_int("MASTER_PORT", require("MASTER_PORT", "MASTER_ADDR is set"), 1, 65535);
+    env.master_port = parse_int(port_var, require(port_var, addr_var + " is set"), 1, 65535);
   } else if (port && !port->empty()) {
-    throw std::invalid_argument("environment variable MASTER_ADDR is not set (MASTER_PORT is)");
+    throw std::invalid_argument("environment variable " + addr_var + " is not set (" + port_var + " is)");
   } else if (!env.under_mpirun) {
-    require("MASTER_ADDR", "the host of the rendezvous store, e.g. 127.0.0.1");
+    require(addr_var, "the host of the rendezvous store, e.g. 127.0.0.1");
   }
   if (auto job = lookup("TANDEM_JOB_ID"); job && !job->empty()) env.job_id = *job;
   if (auto hosted = lookup("TANDEM_STORE_HOSTED"); hosted && !hosted->empty()) {

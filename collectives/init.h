@@ -1,9 +1,12 @@
 // init_process_group: builds this process's group from its environment in one call.
 //
 // Rank and world come from RANK / WORLD_SIZE / LOCAL_RANK (tandemrun) or, under
-// mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK. The store is at MASTER_ADDR:
-// MASTER_PORT; rank 0 hosts it unless TANDEM_STORE_HOSTED=1 (the launcher does), and
-// TANDEM_JOB_ID names the job (a store of another job is refused). Under mpirun
+// mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK. The store is at TANDEM_STORE_ADDR:
+// TANDEM_STORE_PORT (tandemrun, which leaves MASTER_PORT to the job's own processes),
+// else at MASTER_ADDR:MASTER_PORT; rank 0 hosts it unless TANDEM_STORE_HOSTED=1 (the
+// launcher does), and TANDEM_JOB_ID names the job (a store of another job is refused).
+// Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT is the agent's PyTorch
+// store, so without TANDEM_STORE_* the environment is refused, by name. Under mpirun
 // without MASTER_ADDR the mpi backend starts its own store (rank 0, a free port,
 // address shared with MPI_Bcast), so timeouts can still name the missing ranks.
 //
@@ -59,7 +62,7 @@ struct LaunchEnv {
   int local_world_size = -1;  // LOCAL_WORLD_SIZE (tandemrun); -1: not given
   int node_rank = -1;         // NODE_RANK (tandemrun); -1: not given
   bool under_mpirun = false;
-  std::string master_addr;  // empty: no store address given
+  std::string master_addr;  // the store's: TANDEM_STORE_ADDR, else MASTER_ADDR; empty: none given
   int master_port = -1;
   std::string job_id = "tandem";
   bool store_hosted = false;  // TANDEM_STORE_HOSTED=1: the launcher hosts the store

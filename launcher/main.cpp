@@ -14,6 +14,7 @@
 #include "launcher/console.h"
 #include "launcher/failure.h"
 #include "launcher/options.h"
+#include "launcher/program_kind.h"
 #include "launcher/rendezvous.h"
 #include "launcher/signals.h"
 #include "launcher/supervisor.h"
@@ -47,13 +48,25 @@ void close_job(const LaunchOptions& o, JobStore& store, int attempt) {
   }
 }
 
-int run(const LaunchOptions& o, LauncherSignals& signals, Console& console) {
+int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) {
   std::string program;
   try {
-    program = resolve_program(o.command[0]);
+    program = resolve_program(flags.command[0]);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 2;
+  }
+  LaunchOptions o = flags;
+  if (o.hang_timeout.count() > 0) {
+    // Heartbeats come only from Tandem's collectives: watching a program that sends none
+    // would report a hang (and SIGUSR1 it) however well it runs.
+    const ProgramKind kind = program_kind(program);
+    if (!kind.sends_heartbeats) {
+      spdlog::warn("--hang-timeout-s {}: {} is {}, so it sends no heartbeats; hang detection is off for this job "
+                   "(only programs built with Tandem's collectives, started directly, send them)",
+                   o.hang_timeout.count() / 1000.0, program, kind.why);
+      o.hang_timeout = std::chrono::milliseconds(0);
+    }
   }
   auto poll_signal = [&signals] { return signals.drain().termination; };
 
@@ -63,7 +76,7 @@ int run(const LaunchOptions& o, LauncherSignals& signals, Console& console) {
   try {
     store = std::make_unique<JobStore>(o, poll_signal);
     if (o.master_port == 0) {
-      spdlog::info("--master-port 0: the store listens on port {} (MASTER_PORT={})", store->port(), store->port());
+      spdlog::info("--master-port 0: the store listens on port {} (TANDEM_STORE_PORT={})", store->port(), store->port());
     }
     if (o.nnodes > 1) {
       spdlog::info("{} the store of job {} at {}; waiting for {} nodes (up to {} s)",

@@ -153,7 +153,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--master-addr", o.master_addr, "Address of node 0, where the store listens")
       ->capture_default_str();
-  app.add_option("--master-port", o.master_port, "Store port on node 0 (0: pick a free one; single node only)")
+  app.add_option("--master-port", o.master_port,
+                 "Port of tandemrun's store on node 0, TANDEM_STORE_PORT (0: pick a free one; single node only); "
+                 "the workers' MASTER_PORT is another port, free on node 0, for the job's rank 0 to serve")
       ->capture_default_str();
   app.add_option("--max-restarts", o.max_restarts, "Restart the whole job up to K times after a failure")
       ->capture_default_str();
@@ -165,7 +167,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--hang-timeout-s", hang_timeout_s,
                  "End (or restart) the job when no rank completed a training step for S seconds; every rank "
-                 "dumps its flight recorder first and one analysis is printed (0: off)")
+                 "dumps its flight recorder first and one analysis is printed (0: off). Needs the heartbeats of "
+                 "programs built with Tandem's collectives: for others (python3 ...) it warns and stays off")
       ->capture_default_str();
   app.add_option("--job-id", o.job_id,
                  "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");

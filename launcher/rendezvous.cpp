@@ -1,9 +1,13 @@
 // Hosting and joining the job's store; the per-attempt start barrier (see header).
 #include "launcher/rendezvous.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "launcher/failure.h"
@@ -44,6 +48,37 @@ bool is_connect_failure(const StoreError& e) {
   // A store not (yet) up is StoreUnreachable; every other StoreError from the
   // constructor is a refusal that retrying cannot fix.
   return dynamic_cast<const StoreUnreachable*>(&e) != nullptr;
+}
+
+// A TCP port free on every address of this host: the kernel's pick for a wildcard bind,
+// released at once for rank 0 to take. Another process could take it in between, as
+// with any port chosen ahead; rank 0 then fails to bind, naming the port.
+int free_port(bool ipv6) {
+  const int fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw RendezvousError(std::string("cannot pick a free MASTER_PORT: socket: ") + std::strerror(errno));
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  if (ipv6) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    a6->sin6_family = AF_INET6;
+    a6->sin6_addr = in6addr_any;
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&addr);
+    a4->sin_family = AF_INET;
+    a4->sin_addr.s_addr = htonl(INADDR_ANY);
+    len = sizeof(sockaddr_in);
+  }
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(ipv6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                      : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+  const int err = errno;
+  close(fd);
+  if (port <= 0) throw RendezvousError(std::string("cannot pick a free MASTER_PORT: bind: ") + std::strerror(err));
+  return port;
 }
 
 }  // namespace
@@ -170,6 +205,11 @@ void JobStore::start_attempt(int attempt) {
           }
         }
       }
+      if (decision == "go") {
+        // Picked once every node is ready, so it is as fresh as it can be.
+        const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
+        store_->set(key(attempt, "master_port"), std::to_string(free_port(ipv6)));
+      }
       decision = store_->compare_set(start_key, "", decision);
     } else {
       // Node 0 decides within --rdzv-timeout-s of its own start, which came before we
@@ -195,7 +235,15 @@ void JobStore::start_attempt(int attempt) {
   } catch (const StoreError& e) {
     throw RendezvousError(std::string("lost the store during the rendezvous: ") + e.what());
   }
-  if (decision == "go") return;
+  if (decision == "go") {
+    try {
+      master_port_ = std::stoi(store_->get(key(attempt, "master_port"), kOpTimeout));
+    } catch (const StoreError& e) {
+      throw RendezvousError("could not read the job's MASTER_PORT for attempt " + std::to_string(attempt) +
+                            " from the store: " + e.what());
+    }
+    return;
+  }
   if (decision.rfind("timeout:", 0) == 0) {
     const std::string missing = decision.substr(8);
     throw RendezvousError("rendezvous timed out after " + seconds_text(options_.rdzv_timeout) + ": node" +

@@ -8,6 +8,8 @@
 //   stopped             why the job was stopped by a signal (no further restart)
 //   a<k>/ready/<r>      node r is ready to start attempt k
 //   a<k>/start          node 0's decision: "go", "timeout:<missing node ranks>", "stopped:<why>"
+//   a<k>/master_port    the workers' MASTER_PORT for attempt k: a port free on node 0,
+//                       reserved for the job's own processes (set before "go")
 //   a<k>/failure        the first failure of attempt k (failure.h JSON; first writer wins)
 //   a<k>/outcome        "ok" | "failed" | "stopped": attempt k is over (first writer wins)
 //   a<k>/ok_nodes       count of nodes whose workers all exited 0; the last sets outcome "ok"
@@ -59,6 +61,9 @@ class JobStore {
   // Returns when node 0 has seen every node ready for `attempt`. Throws RendezvousError
   // naming the missing node ranks after --rdzv-timeout-s, or Interrupted.
   void start_attempt(int attempt);
+  // The workers' MASTER_PORT in the attempt start_attempt began: the port node 0 found
+  // free for rank 0 to serve, the same on every node.
+  int master_port() const { return master_port_; }
 
   // Publishes `failure` (JSON) and the outcome ("failed" or "stopped") unless another
   // was first; returns the first failure's JSON.
@@ -91,6 +96,7 @@ class JobStore {
   std::shared_ptr<Store> base_;         // unprefixed: the workers' keys
   std::shared_ptr<Store> store_;        // prefixed "tandemrun/"
   int port_ = 0;
+  int master_port_ = 0;
 };
 
 }  // namespace tandem::launcher

@@ -98,7 +98,7 @@ void Attempt::spawn_all() {
     w.local_rank = lr;
     w.rank = o_.global_rank(lr);
     try {
-      const auto env = merged_environment(worker_variables(o_, lr, attempt_, store_.port()));
+      const auto env = merged_environment(worker_variables(o_, lr, attempt_, store_.port(), store_.master_port()));
       SpawnedWorker s = spawn_worker(program_, o_.command, env);
       w.pid = s.pid;
       w.alive = true;

@@ -18,26 +18,43 @@ int threads_per_worker(int local_processes) {
 }
 
 std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchOptions& o, int local_rank,
-                                                                   int attempt, int store_port) {
+                                                                   int attempt, int store_port, int master_port) {
+  const std::string rank = std::to_string(o.global_rank(local_rank));
+  const std::string world = std::to_string(o.world_size());
   std::vector<std::pair<std::string, std::string>> v = {
-      {"RANK", std::to_string(o.global_rank(local_rank))},
+      {"RANK", rank},
       {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(o.world_size())},
+      {"WORLD_SIZE", world},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
       {"NODE_RANK", std::to_string(o.node_rank)},
       {"MASTER_ADDR", o.master_addr},
-      {"MASTER_PORT", std::to_string(store_port)},
+      {"MASTER_PORT", std::to_string(master_port)},
+      {"TANDEM_STORE_ADDR", o.master_addr},
+      {"TANDEM_STORE_PORT", std::to_string(store_port)},
       {"TANDEM_RESTART_COUNT", std::to_string(attempt)},
       {"TANDEM_JOB_ID", o.job_id},
       {"TANDEM_STORE_HOSTED", "1"},
+      // torchrun's names, with its values for one role on every node.
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+      {"ROLE_RANK", rank},
+      {"ROLE_WORLD_SIZE", world},
+      {"ROLE_NAME", "default"},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", o.job_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
   };
   // Where a worker writes its flight recorder (collectives/flight_recorder.h).
   if (!o.log_dir.empty()) v.emplace_back("TANDEM_LOG_DIR", o.log_dir + "/attempt" + std::to_string(attempt));
-  // Without this every worker's OpenMP/OpenBLAS pool would take every core, and N
-  // workers would oversubscribe the machine N times.
-  const std::string threads = std::to_string(threads_per_worker(o.nproc_per_node));
-  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
-    if (!std::getenv(name)) v.emplace_back(name, threads);
+  // Without these every worker's OpenMP/OpenBLAS pool would take every core, and N
+  // workers would oversubscribe the machine N times. OMP_NUM_THREADS follows torchrun
+  // (1 with several processes per node), which PyTorch's intra-op pool reads; Tandem
+  // programs size their BLAS pool from OPENBLAS_NUM_THREADS first, so they keep the
+  // share of the cores. A value the user set is passed on untouched.
+  if (!std::getenv("OMP_NUM_THREADS") && o.nproc_per_node > 1) v.emplace_back("OMP_NUM_THREADS", "1");
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) {
+    v.emplace_back("OPENBLAS_NUM_THREADS", std::to_string(threads_per_worker(o.nproc_per_node)));
   }
   return v;
 }

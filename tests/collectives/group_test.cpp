@@ -103,6 +103,40 @@ TEST(Env, LauncherVariables) {
   expect_resolves_to(Backend::gloo, Backend::automatic, env);
 }
 
+// tandemrun's store is at TANDEM_STORE_ADDR:TANDEM_STORE_PORT; MASTER_PORT is the job's own.
+TEST(Env, TandemStoreVariablesComeFirst) {
+  const LaunchEnv env = read_launch_env(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"},
+                                                {"MASTER_PORT", "29501"}, {"TANDEM_STORE_ADDR", "10.0.0.9"},
+                                                {"TANDEM_STORE_PORT", "29500"}, {"TANDEM_STORE_HOSTED", "1"},
+                                                {"TORCHELASTIC_USE_AGENT_STORE", "False"}}));
+  EXPECT_EQ(env.master_addr, "10.0.0.9");
+  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_TRUE(env.store_hosted);
+  const std::map<std::string, std::string> rank = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
+                                                   {"MASTER_PORT", "1"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(rank.begin(), rank.end());
+    return extra;
+  };
+  EXPECT_EQ(env_error(with({{"TANDEM_STORE_ADDR", "h"}})),
+            "environment variable TANDEM_STORE_PORT is not set (TANDEM_STORE_ADDR is set)");
+  EXPECT_EQ(env_error(with({{"TANDEM_STORE_PORT", "2"}})),
+            "environment variable TANDEM_STORE_ADDR is not set (TANDEM_STORE_PORT is)");
+  EXPECT_NE(env_error(with({{"TANDEM_STORE_ADDR", "h"}, {"TANDEM_STORE_PORT", "0"}})).find("TANDEM_STORE_PORT='0'"),
+            std::string::npos);
+  // Under torchrun, MASTER_PORT is its agent's PyTorch store: refused by name, never spoken to.
+  const std::string torchrun = env_error(with({{"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  EXPECT_EQ(torchrun.rfind("environment variable TORCHELASTIC_USE_AGENT_STORE=True: torchrun started this process", 0),
+            0u)
+      << torchrun;
+  EXPECT_NE(torchrun.find("TANDEM_STORE_ADDR and TANDEM_STORE_PORT"), std::string::npos) << torchrun;
+  // ... unless the program was given a store of its own.
+  EXPECT_EQ(read_launch_env(env_of(with({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TANDEM_STORE_ADDR", "s"},
+                                         {"TANDEM_STORE_PORT", "7"}})))
+                .master_port,
+            7);
+}
+
 // auto picks shm when the launcher says every rank is on this node, gloo otherwise.
 TEST(Env, AutoPicksShmOnOneNode) {
   const auto env_with = [](const char* local_world) {

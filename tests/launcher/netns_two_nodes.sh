@@ -3,7 +3,9 @@
 #   1. 2 nodes x 2 processes, a real gloo all-reduce over the veth: both nodes exit 0
 #      and every rank sees the exact sum;
 #   2. a rank failing on node 1 stops node 0's workers too, and both nodes report it;
-#   3. the same all-reduce under mpirun, node 1 entered by a launch agent instead of ssh.
+#   3. the same all-reduce under mpirun, node 1 entered by a launch agent instead of ssh;
+#   4. the job's MASTER_PORT (not tandemrun's store) is free on node 0: rank 0 serves it,
+#      and the ranks of node 1 reach it at 10.77.0.1 while Tandem's store works.
 # Usage: netns_two_nodes.sh BIN_DIR WORKER. Skips (exit 0, "SKIP: ...") without netns.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/netns_lib.sh"
@@ -77,6 +79,16 @@ if command -v mpirun >/dev/null; then
 else
   echo "SKIP (part 3): mpirun is not installed"
 fi
+
+# 4. rank 0 serves MASTER_PORT across the namespaces; every rank saw the same one
+two_tandemruns master "$WORKER" --mode serve-master-port
+for n in 0 1; do
+  rc="$(cat "$NETNS_TMP/master.rc.$n")"
+  [ "$rc" = 0 ] || { fail "master port: node $n exited $rc"; cat "$NETNS_TMP/master.$n"; }
+done
+grep -qE '^\[0:0\] master port [0-9]+ served ranks 1,2,3$' "$NETNS_TMP/master.0" ||
+  { fail "master port: rank 0 did not serve ranks 1, 2 and 3"; cat "$NETNS_TMP/master.0"; }
+[ "$FAILED" = 0 ] && echo "ok: rank 0 served MASTER_PORT to both nodes' ranks"
 
 if [ "$FAILED" != 0 ]; then echo "SOME CHECKS FAILED"; exit 1; fi
 echo "all checks passed"

@@ -195,29 +195,102 @@ def test_gpu_count():
         check(n == gpus, f"{n} processes for {gpus} GPUs listed by nvidia-smi", r)
 
 
-def test_env():
+def env_of(r, node, rank):
+    """The variables rank `rank` printed in --mode env (every one of them, <unset> too)."""
+    return dict(l.split(" ENV ", 1)[1].split("=", 1) for l in r.out if l.startswith(f"[{node}:{rank}] ENV "))
+
+
+def expected_env(rank, local_rank, node, nproc, nnodes, store_port, master_port, job, max_restarts=0, attempt=0,
+                 addr="127.0.0.1", omp=None, openblas=None):
+    """Every variable tandemrun sets, as it must set it (docs/reference.md)."""
     cores = len(os.sched_getaffinity(0))
-    rc, r = run(["--nproc-per-node", "3", "--master-port", "0"], ["--mode", "env"])
-    check(rc == 0, f"exit {rc}", r)
-    port = store_port(r)
-    for rank in range(3):
-        got = dict(l.split(" ENV ", 1)[1].split("=", 1) for l in r.out if l.startswith(f"[0:{rank}] ENV "))
-        want = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "3",
-                "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "TANDEM_RESTART_COUNT": "0", "TANDEM_STORE_HOSTED": "1",
-                "OMP_NUM_THREADS": str(max(1, cores // 3)), "OPENBLAS_NUM_THREADS": str(max(1, cores // 3))}
-        for k, v in want.items():
-            check(got.get(k) == v, f"rank {rank}: {k}={got.get(k)!r}, expected {v!r}", r)
-        check(got.get("TANDEM_JOB_ID", "<unset>") != "<unset>", "TANDEM_JOB_ID unset", r)
-    # A thread count the user chose is kept; the job id follows --job-id.
+    world = nproc * nnodes
+    return {"RANK": str(rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(nproc), "NODE_RANK": str(node), "MASTER_ADDR": addr,
+            "MASTER_PORT": str(master_port), "TANDEM_STORE_ADDR": addr, "TANDEM_STORE_PORT": str(store_port),
+            "TANDEM_RESTART_COUNT": str(attempt), "TANDEM_JOB_ID": job, "TANDEM_STORE_HOSTED": "1",
+            "GROUP_RANK": str(node), "GROUP_WORLD_SIZE": str(nnodes), "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world), "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": str(attempt),
+            "TORCHELASTIC_MAX_RESTARTS": str(max_restarts), "TORCHELASTIC_RUN_ID": job,
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            # torchrun's rule for OpenMP, Tandem's share of the cores for OpenBLAS
+            "OMP_NUM_THREADS": omp or ("1" if nproc > 1 else "<unset>"),
+            "OPENBLAS_NUM_THREADS": openblas or str(max(1, cores // nproc))}
+
+
+def master_port_of(r, node=0, rank=0):
+    got = env_of(r, node, rank).get("MASTER_PORT", "")
+    check(got.isdigit(), f"MASTER_PORT={got!r}", r)
+    return int(got)
+
+
+def test_env():
+    for nproc in (2, 3, 1):
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        rc, r = run(["--nproc-per-node", str(nproc), "--master-port", "0", "--job-id", f"env-{nproc}"],
+                    ["--mode", "env"], env)
+        check(rc == 0, f"exit {rc}", r)
+        port = store_port(r)
+        master = master_port_of(r)
+        check(master != port, f"MASTER_PORT {master} is tandemrun's store port", r)
+        for rank in range(nproc):
+            got = env_of(r, 0, rank)
+            want = expected_env(rank, rank, 0, nproc, 1, port, master, f"env-{nproc}")
+            check(got == want, f"--nproc-per-node {nproc}, rank {rank}:\n got  {got}\n want {want}", r)
+    # Thread counts the user chose are kept; the job id follows --job-id.
     env = dict(os.environ, OMP_NUM_THREADS="7")
     env.pop("OPENBLAS_NUM_THREADS", None)
     rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--job-id", "my-job"], ["--mode", "env"], env)
     check(rc == 0, f"exit {rc}", r)
     out, _ = r.text()
+    cores = len(os.sched_getaffinity(0))
     check(out.count("ENV OMP_NUM_THREADS=7") == 2, "user's OMP_NUM_THREADS not kept", r)
     check(out.count(f"ENV OPENBLAS_NUM_THREADS={max(1, cores // 2)}") == 2, "OPENBLAS_NUM_THREADS", r)
-    check(out.count("ENV TANDEM_JOB_ID=my-job") == 2, "--job-id not passed on", r)
+    check(out.count("ENV TANDEM_JOB_ID=my-job") == 2 and out.count("ENV TORCHELASTIC_RUN_ID=my-job") == 2,
+          "--job-id not passed on", r)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="5")
+    env.pop("OMP_NUM_THREADS", None)
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0"], ["--mode", "env"], env)
+    check(rc == 0, f"exit {rc}", r)
+    out, _ = r.text()
+    check(out.count("ENV OPENBLAS_NUM_THREADS=5") == 2 and out.count("ENV OMP_NUM_THREADS=1") == 2,
+          "user's OPENBLAS_NUM_THREADS with torchrun's OMP_NUM_THREADS", r)
+
+
+def test_serve_master_port():
+    # Rank 0 serves MASTER_PORT (as a PyTorch rank 0 hosts its TCPStore) while the
+    # ranks run Tandem collectives through tandemrun's store; the others reach it.
+    rc, r = run(["--nproc-per-node", "3", "--master-port", "0"], ["--mode", "serve-master-port"])
+    check(rc == 0, f"exit {rc}", r)
+    found = [l for l in r.out if " served ranks " in l]
+    check(len(found) == 1 and re.fullmatch(r"\[0:0\] master port \d+ served ranks 1,2", found[0]),
+          f"rank 0 should serve MASTER_PORT to ranks 1 and 2: {found}", r)
+    check(int(found[0].split()[3]) != store_port(r), "MASTER_PORT is tandemrun's store port", r)
+
+
+def test_hang_timeout_program_kind():
+    # --hang-timeout-s needs heartbeats, which only programs built with Tandem's
+    # collectives send: for any other program tandemrun says so and leaves hang
+    # detection off, rather than report a hang (and SIGUSR1 the program) later.
+    off = "so it sends no heartbeats; hang detection is off for this job"
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--hang-timeout-s", "30"], ["--mode", "ok"])
+    check(rc == 0 and not any(off in l for l in r.err), "a Tandem program keeps hang detection", r)
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "job.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho \"plain rank $RANK\"\n")
+        os.chmod(script, 0o755)
+        for program, why in ((script, "is not an ELF program (a script, or a file tandemrun cannot read)"),
+                             ("/bin/true", "an ELF program without Tandem's collectives (no section tandem_heartbeats)")):
+            r = Run(["--nproc-per-node", "2", "--master-port", "0", "--hang-timeout-s", "30"], [], program=program)
+            rc = r.finish()
+            warned = [l for l in r.err if off in l]
+            check(rc == 0, f"{program}: exit {rc}", r)
+            check(len(warned) == 1 and "--hang-timeout-s 30" in warned[0] and why in warned[0],
+                  f"{program}: expected one warning saying it {why}", r)
+            if program == script:
+                check(r.out == ["[0:0] plain rank 0", "[0:1] plain rank 1"] or
+                      r.out == ["[0:1] plain rank 1", "[0:0] plain rank 0"], "the script's output", r)
 
 
 SPAM_LINE = re.compile(r"^\[0:(\d)\] rank (\d) (out|err) (\d+) ([a-z]{100})$")
@@ -357,6 +430,8 @@ def test_restart():
         check("attempt 0 failed: rank 1 (node 0" in err and "exited with code 1" in err, "attempt 0 failure", r)
         check("restarting the whole job: attempt 1" in err, "restart message", r)
         check("[0:0] RESTART_COUNT=1 ok" in out and "[0:1] RESTART_COUNT=1 ok" in out, "attempt 1 output", r)
+        check("[0:0] TORCHELASTIC_RESTART_COUNT=1" in r.out and "[0:1] TORCHELASTIC_RESTART_COUNT=1" in r.out,
+              "torchrun's restart count in attempt 1", r)
         with open(os.path.join(logs, "attempt0", "rank1.stderr")) as f:
             check("failing on purpose on attempt 0" in f.read(), "attempt0/rank1.stderr")
         with open(os.path.join(logs, "attempt1", "rank1.stdout")) as f:
@@ -373,7 +448,10 @@ def test_ports():
     rc, r = run(["--nproc-per-node", "2", "--master-port", "0"], ["--mode", "env"])
     check(rc == 0, f"exit {rc}", r)
     port = store_port(r)
-    check(sum(1 for l in r.out if l.endswith(f"ENV MASTER_PORT={port}")) == 2, "workers' MASTER_PORT", r)
+    check(sum(1 for l in r.out if l.endswith(f"ENV TANDEM_STORE_PORT={port}")) == 2, "workers' TANDEM_STORE_PORT", r)
+    master = master_port_of(r)
+    check(master != port and sum(1 for l in r.out if l.endswith(f"ENV MASTER_PORT={master}")) == 2,
+          "every rank gets the same MASTER_PORT, not the store's", r)
     with socket.socket() as blocker:
         blocker.bind(("0.0.0.0", 0))
         blocker.listen()
@@ -423,6 +501,26 @@ def test_two_nodes_allreduce():
     for node, r in ((0, node0), (1, node1)):
         for rank in (2 * node, 2 * node + 1):
             check(f"[{node}:{rank}] allreduce ok sum=10 world=4 rank={rank} backend=gloo" in r.out, f"rank {rank} allreduce", r)
+
+
+def test_two_nodes_env():
+    # Two nodes of two: every variable exactly, and one MASTER_PORT agreed through the store.
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    flags = ["--nnodes", "2", "--nproc-per-node", "2", "--master-port", str(port), "--job-id", "jobE",
+             "--max-restarts", "3", "--rdzv-timeout-s", "60"]
+    nodes = [Run(flags + ["--node-rank", str(n)], ["--mode", "env"], env) for n in (0, 1)]
+    rcs = [n.finish() for n in nodes]
+    for node, (rc, r) in enumerate(zip(rcs, nodes)):
+        check(rc == 0, f"node {node}: exit {rc}", r)
+    master = master_port_of(nodes[0])
+    check(master != port, "MASTER_PORT is tandemrun's store port", nodes[0])
+    for node, r in enumerate(nodes):
+        for local in (0, 1):
+            rank = 2 * node + local
+            got = env_of(r, node, rank)
+            want = expected_env(rank, local, node, 2, 2, port, master, "jobE", max_restarts=3)
+            check(got == want, f"node {node}, rank {rank}:\n got  {got}\n want {want}", r)
 
 
 def test_two_nodes_teardown():

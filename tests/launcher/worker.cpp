@@ -6,6 +6,10 @@
 // Modes (--mode-for overrides --mode for one rank; default "ok"):
 //   ok                 print "rank R done", exit 0
 //   env                print "ENV NAME=value" for every variable tandemrun sets
+//   serve-master-port  rank 0 listens on MASTER_PORT (as a PyTorch rank 0 hosts its
+//                      TCPStore there), then a gloo all-reduce through Tandem's store,
+//                      then every other rank connects to MASTER_ADDR:MASTER_PORT and
+//                      sends its rank; rank 0 prints "master port P served ranks 1,2,..."
 //   spam:N             N numbered lines to stdout and to stderr, each written in two
 //                      pieces (so the launcher must join them), then a last line
 //                      without a newline
@@ -16,19 +20,25 @@
 //   on-usr1:MODE       print "ready rank R pid P", wait for SIGUSR1 (sent by the test),
 //                      then run MODE: the test decides when a rank fails
 //   fail-attempt:K     exit 1 on attempt K (TANDEM_RESTART_COUNT), else print
-//                      "RESTART_COUNT=n ok" and exit 0
+//                      "TORCHELASTIC_RESTART_COUNT=n" and "RESTART_COUNT=n ok", exit 0
 //   allreduce[:BACKEND] init_process_group (default gloo; "auto" picks mpi under
 //                      mpirun) and an all-reduce of rank+1 over the world; prints
 //                      "allreduce ok sum=S world=W rank=R backend=B" when the sum is
 //                      exact, else exits 1
 // With --pid-dir, every rank first writes DIR/rank<R>.pid (atomically, by rename).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 
 #include "collectives/init.h"
@@ -105,6 +115,89 @@ int allreduce(int rank, tandem::Backend backend) {
   return 0;
 }
 
+// Rank 0 serves MASTER_PORT while Tandem's collectives run on tandemrun's store: what a
+// PyTorch job does with its TCPStore. Every wait is bounded (60 s).
+int serve_master_port(int rank) {
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port_text = std::getenv("MASTER_PORT");
+  if (!addr || !port_text) {
+    say(stderr, "serve-master-port: MASTER_ADDR or MASTER_PORT is not set");
+    return 1;
+  }
+  const int port = std::atoi(port_text);
+  int listener = -1;
+  if (rank == 0) {
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(listener, 64) != 0) {
+      say(stderr, "serve-master-port: rank 0 cannot serve MASTER_PORT " + std::string(port_text) + ": " +
+                      std::strerror(errno));
+      return 1;
+    }
+  }
+  tandem::InitOptions opts;
+  opts.backend = tandem::Backend::gloo;
+  opts.timeout = std::chrono::seconds(60);
+  opts.rendezvous_timeout = std::chrono::seconds(60);
+  auto pg = tandem::init_process_group(opts);
+  float one = 1.0f;
+  pg->allreduce(tandem::cpu_buffer(&one, 1))->wait();  // rank 0 is listening from here on
+  if (one != static_cast<float>(pg->size())) {
+    say(stderr, "serve-master-port: all-reduce gave " + std::to_string(one));
+    return 1;
+  }
+  if (rank != 0) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(addr, port_text, &hints, &found) != 0 || !found) {
+      say(stderr, "serve-master-port: cannot resolve MASTER_ADDR " + std::string(addr));
+      return 1;
+    }
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int rc = connect(fd, found->ai_addr, found->ai_addrlen);
+    freeaddrinfo(found);
+    const int32_t me = rank;
+    if (rc != 0 || write(fd, &me, sizeof(me)) != sizeof(me)) {
+      say(stderr, "serve-master-port: rank " + std::to_string(rank) + " cannot reach MASTER_ADDR:MASTER_PORT " +
+                      addr + ":" + port_text + ": " + std::strerror(errno));
+      return 1;
+    }
+    close(fd);
+  } else {
+    std::set<int> seen;
+    while (static_cast<int>(seen.size()) < pg->size() - 1) {
+      pollfd p{listener, POLLIN, 0};
+      if (poll(&p, 1, 60000) != 1) {
+        say(stderr, "serve-master-port: only " + std::to_string(seen.size()) + " ranks connected within 60 s");
+        return 1;
+      }
+      const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      int32_t who = -1;
+      pollfd q{fd, POLLIN, 0};
+      if (fd < 0 || poll(&q, 1, 60000) != 1 || read(fd, &who, sizeof(who)) != sizeof(who)) {
+        say(stderr, "serve-master-port: a connection to MASTER_PORT sent no rank");
+        return 1;
+      }
+      seen.insert(who);
+      close(fd);
+    }
+    std::string ranks;
+    for (int r : seen) {
+      if (!ranks.empty()) ranks += ',';
+      ranks += std::to_string(r);
+    }
+    say(stdout, "master port " + std::string(port_text) + " served ranks " + ranks);
+    close(listener);
+  }
+  pg->barrier()->wait();
+  return 0;
+}
+
 int run_mode(const std::string& mode, int rank) {
   const auto colon = mode.find(':');
   const std::string name = mode.substr(0, colon);
@@ -115,8 +208,11 @@ int run_mode(const std::string& mode, int rank) {
   }
   if (name == "env") {
     for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-                          "MASTER_PORT", "TANDEM_RESTART_COUNT", "TANDEM_JOB_ID", "TANDEM_STORE_HOSTED",
-                          "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+                          "MASTER_PORT", "TANDEM_STORE_ADDR", "TANDEM_STORE_PORT", "TANDEM_RESTART_COUNT",
+                          "TANDEM_JOB_ID", "TANDEM_STORE_HOSTED", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                          "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                          "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS",
+                          "OPENBLAS_NUM_THREADS"}) {
       const char* value = std::getenv(v);
       say(stdout, std::string("ENV ") + v + "=" + (value ? value : "<unset>"));
     }
@@ -155,9 +251,12 @@ int run_mode(const std::string& mode, int rank) {
       say(stderr, "rank " + std::to_string(rank) + " failing on purpose on attempt " + std::to_string(attempt));
       return 1;
     }
+    const char* torch_count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    say(stdout, "TORCHELASTIC_RESTART_COUNT=" + std::string(torch_count ? torch_count : "<unset>"));
     say(stdout, "RESTART_COUNT=" + std::to_string(attempt) + " ok");
     return 0;
   }
+  if (name == "serve-master-port") return serve_master_port(rank);
   if (name == "allreduce") return allreduce(rank, arg.empty() ? tandem::Backend::gloo : tandem::parse_backend(arg));
   say(stderr, "launcher-test-worker: unknown mode '" + mode + "'");
   return 2;
