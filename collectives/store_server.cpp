@@ -2,8 +2,11 @@
 // Invariants: the thread never blocks on one client (reads and writes are
 // non-blocking, each poll round reads a bounded amount per client); a frame longer
 // than kMaxFrameBytes, a body that does not parse, a bad magic number, another job's
-// id, or replies piling up unread drop only that client. Blocking gets and waits are
-// parked as waiters and answered when their keys appear or their deadline passes.
+// id, a failed job-secret proof, a handshake unfinished at its deadline, or replies
+// piling up unread drop only that client. Blocking gets and waits are parked as
+// waiters and answered when their keys appear or their deadline passes. Refused
+// handshakes are logged with the peer's address, a few a window and then as a count
+// (refusal_log.h), so a flood of them cannot flood the log.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -25,6 +28,8 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/store.h"
+#include "collectives/refusal_log.h"
+#include "collectives/store_auth.h"
 #include "collectives/store_protocol.h"
 
 namespace tandem {
@@ -41,6 +46,9 @@ constexpr uint32_t kMaxKeysPerRequest = 1 << 20;
 // A longer wait is capped here (about 35 years), so adding it to the clock cannot
 // overflow whatever a client sends.
 constexpr int64_t kMaxWaitMs = int64_t{1} << 40;
+// Connections still in their handshake beyond this many: the oldest is dropped, so a
+// flood of half-open connections cannot use up the process's descriptors.
+constexpr size_t kMaxPendingHandshakes = 256;
 
 std::string peer_name(const sockaddr_storage& addr) {
   char host[NI_MAXHOST] = "?";
@@ -59,7 +67,11 @@ struct StoreServer::Impl {
     uint64_t id = 0;
     int fd = -1;
     std::string peer;
-    bool greeted = false;
+    bool greeted = false;          // the handshake is over: requests follow
+    bool challenged = false;       // hello answered with a challenge: the proof comes next
+    Clock::time_point accepted;
+    std::string client_nonce;
+    std::string server_nonce;
     bool blocked = false;          // a get/wait is parked: do not parse further requests
     bool close_after_flush = false;
     bool dead = false;
@@ -80,6 +92,7 @@ struct StoreServer::Impl {
   int port = 0;
   std::atomic<bool> stop{false};
   std::atomic<int64_t> dropped{0};
+  std::atomic<int64_t> refused{0};
   std::thread thread;
 
   // Owned by the server thread only.
@@ -89,12 +102,19 @@ struct StoreServer::Impl {
   uint64_t next_client = 1;
   std::vector<Waiter> waiters;
   std::deque<uint64_t> runnable;
+  RefusalLog refusal_log;
 
   void run();
   void accept_clients();
   void read_client(uint64_t id, Client& c);
   void flush(Client& c);
   void drop(Client& c, const std::string& why);
+  void refuse_after_reply(Client& c, const std::string& why, Writer& w);
+  bool hello(Client& c, Reader& r);
+  bool check_proof(Client& c, Reader& r);
+  void expire_handshakes();
+  void limit_pending_handshakes();
+  Clock::time_point next_deadline() const;
   void process(uint64_t id);
   bool handle(uint64_t id, Client& c, std::string_view body);
   void reply(Client& c, Writer& w);
@@ -156,6 +176,7 @@ StoreServer::~StoreServer() {
   const char byte = 1;
   [[maybe_unused]] ssize_t n = write(s.wake[1], &byte, 1);
   s.thread.join();
+  s.refusal_log.flush();
   for (auto& [id, c] : s.clients) {
     if (!c.dead) close(c.fd);
   }
@@ -167,6 +188,16 @@ StoreServer::~StoreServer() {
 int StoreServer::port() const { return impl_->port; }
 const StoreServerOptions& StoreServer::options() const { return impl_->options; }
 int64_t StoreServer::dropped_clients() const { return impl_->dropped.load(); }
+int64_t StoreServer::refused_clients() const { return impl_->refused.load(); }
+
+Clock::time_point StoreServer::Impl::next_deadline() const {
+  auto next = Clock::time_point::max();
+  for (const Waiter& w : waiters) next = std::min(next, w.deadline);
+  for (const auto& [id, c] : clients) {
+    if (!c.greeted && !c.dead) next = std::min(next, c.accepted + options.handshake_timeout);
+  }
+  return next;
+}
 
 void StoreServer::Impl::run() {
   std::vector<pollfd> fds;
@@ -184,9 +215,7 @@ void StoreServer::Impl::run() {
       ids.push_back(id);
     }
     int timeout_ms = -1;
-    if (!waiters.empty()) {
-      auto next = waiters.front().deadline;
-      for (const Waiter& w : waiters) next = std::min(next, w.deadline);
+    if (const auto next = next_deadline(); next != Clock::time_point::max()) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
     }
@@ -214,6 +243,7 @@ void StoreServer::Impl::run() {
       process(id);
     }
     expire_waiters();
+    expire_handshakes();
     while (!runnable.empty()) {  // expired waiters unblock clients with queued requests
       const uint64_t id = runnable.front();
       runnable.pop_front();
@@ -238,7 +268,31 @@ void StoreServer::Impl::accept_clients() {
     c.id = next_client;
     c.fd = fd;
     c.peer = peer_name(addr);
+    c.accepted = Clock::now();
     clients.emplace(next_client++, std::move(c));
+    limit_pending_handshakes();
+  }
+}
+
+void StoreServer::Impl::limit_pending_handshakes() {
+  size_t pending = 0;
+  Client* oldest = nullptr;
+  for (auto& [id, c] : clients) {  // ordered by id: the first pending one is the oldest
+    if (c.greeted || c.dead) continue;
+    if (!oldest) oldest = &c;
+    ++pending;
+  }
+  if (pending > kMaxPendingHandshakes) {
+    drop(*oldest, "more than " + std::to_string(kMaxPendingHandshakes) +
+                        " connections are in their handshake; dropped the oldest");
+  }
+}
+
+void StoreServer::Impl::expire_handshakes() {
+  const auto now = Clock::now();
+  for (auto& [id, c] : clients) {
+    if (c.greeted || c.dead || c.close_after_flush || now < c.accepted + options.handshake_timeout) continue;
+    drop(c, "it did not finish the handshake within " + std::to_string(options.handshake_timeout.count()) + " ms");
   }
 }
 
@@ -267,6 +321,10 @@ void StoreServer::Impl::read_client(uint64_t id, Client& c) {
       // (a client may send a set and close at once); their replies go out if the client
       // only half-closed. A wait it leaves parked is given up with it.
       if (!c.blocked) process(id);
+      if (!c.dead && !c.greeted && !c.close_after_flush) {
+        drop(c, c.challenged ? "it closed the connection before proving the job secret"
+                             : "it closed the connection during the handshake");
+      }
       if (!c.dead) {
         c.dead = true;
         close(c.fd);
@@ -306,12 +364,28 @@ void StoreServer::Impl::flush(Client& c) {
   }
 }
 
+// Before the handshake is over a client is a stranger: its refusal goes to the
+// rate-limited log and counts as refused; after, it is one of the job's own.
 void StoreServer::Impl::drop(Client& c, const std::string& why) {
-  spdlog::warn("store server: dropping client {}: {}", c.peer, why);
+  if (c.greeted) {
+    spdlog::warn("store server: dropping client {}: {}", c.peer, why);
+  } else {
+    refused++;
+    refusal_log.refused(c.peer, why);
+  }
   dropped++;
   c.dead = true;
   close(c.fd);
   std::erase_if(waiters, [id = c.id](const Waiter& w) { return w.client == id; });
+}
+
+// A refusal with a reply (why not) sent before the connection closes.
+void StoreServer::Impl::refuse_after_reply(Client& c, const std::string& why, Writer& w) {
+  refused++;
+  dropped++;
+  refusal_log.refused(c.peer, why);
+  c.close_after_flush = true;
+  reply(c, w);
 }
 
 void StoreServer::Impl::reply(Client& c, Writer& w) {
@@ -337,12 +411,75 @@ void StoreServer::Impl::process(uint64_t id) {
     if (c.in.size() - consumed - 4 < len) break;  // incomplete: wait for more bytes
     const std::string_view body(c.in.data() + consumed + 4, len);
     consumed += 4 + static_cast<size_t>(len);
-    if (!handle(id, c, body)) {
-      drop(c, "malformed request");
+    bool well_formed = false;
+    try {
+      well_formed = handle(id, c, body);
+    } catch (const std::exception& e) {  // OpenSSL out of randomness: only this client fails
+      drop(c, e.what());
+      return;
+    }
+    if (!well_formed) {
+      drop(c, c.greeted ? "malformed request" : "malformed handshake");
       return;
     }
   }
   if (!c.dead) c.in.erase(0, consumed);
+}
+
+// The client's first frame. Returns false for a malformed one (the caller drops it).
+bool StoreServer::Impl::hello(Client& c, Reader& r) {
+  Writer w;
+  const uint32_t magic = r.u32();
+  const uint32_t version = r.u32();
+  if (!r.ok() || magic != kMagic) return false;
+  if (version != kVersion) {  // before parsing the rest, whose layout is this version's
+    w.u8(static_cast<uint8_t>(Status::bad_version)).u32(kVersion);
+    refuse_after_reply(c, "it speaks store protocol version " + std::to_string(version) + ", this store " +
+                              std::to_string(kVersion) + " (Tandem versions mixed in one job?)", w);
+    return true;
+  }
+  const std::string job = r.str(StoreLimits::kMaxKeyBytes);
+  c.client_nonce = r.str(store_auth::kNonceBytes);
+  if (!r.ok() || !r.done() || c.client_nonce.size() != store_auth::kNonceBytes) return false;
+  if (job != options.job_id) {
+    w.u8(static_cast<uint8_t>(Status::wrong_job)).str(options.job_id);
+    refuse_after_reply(c, "it belongs to job '" + job + "', this store serves job '" + options.job_id + "'", w);
+    return true;
+  }
+  if (options.secret.empty()) {
+    c.greeted = true;
+    w.u8(static_cast<uint8_t>(Status::ok));
+  } else {
+    c.server_nonce = store_auth::random_bytes(store_auth::kNonceBytes);
+    c.challenged = true;
+    w.u8(static_cast<uint8_t>(Status::challenge))
+        .str(c.server_nonce)
+        .str(store_auth::proof(options.secret, store_auth::Role::server, options.job_id, c.client_nonce,
+                               c.server_nonce));
+  }
+  reply(c, w);
+  return true;
+}
+
+// The client's proof of the job secret, against this connection's nonces.
+bool StoreServer::Impl::check_proof(Client& c, Reader& r) {
+  const std::string theirs = r.str(store_auth::kProofBytes);
+  if (!r.ok() || !r.done()) {
+    drop(c, "malformed proof of the job secret");
+    return true;
+  }
+  const std::string expected = store_auth::proof(options.secret, store_auth::Role::client, options.job_id,
+                                                 c.client_nonce, c.server_nonce);
+  Writer w;
+  if (!store_auth::proofs_equal(expected, theirs)) {
+    w.u8(static_cast<uint8_t>(Status::auth_failed));
+    refuse_after_reply(c, theirs.empty() ? "it has no job secret" : "wrong proof of the job secret", w);
+    return true;
+  }
+  c.greeted = true;
+  w.u8(static_cast<uint8_t>(Status::ok));
+  reply(c, w);
+  return true;
 }
 
 std::vector<std::string> StoreServer::Impl::missing(const std::vector<std::string>& keys) const {
@@ -357,28 +494,7 @@ std::vector<std::string> StoreServer::Impl::missing(const std::vector<std::strin
 bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
   Reader r(body);
   Writer w;
-  if (!c.greeted) {
-    const uint32_t magic = r.u32();
-    const uint32_t version = r.u32();
-    const std::string job = r.str(StoreLimits::kMaxKeyBytes);
-    if (!r.ok() || !r.done() || magic != kMagic) return false;
-    if (version != kVersion) {
-      w.u8(static_cast<uint8_t>(Status::bad_version)).u32(kVersion);
-    } else if (job != options.job_id) {
-      spdlog::warn("store server: refusing client {} of job '{}' (this store serves job '{}')",
-                   c.peer, job, options.job_id);
-      dropped++;
-      w.u8(static_cast<uint8_t>(Status::wrong_job)).str(options.job_id);
-    } else {
-      c.greeted = true;
-      w.u8(static_cast<uint8_t>(Status::ok));
-      reply(c, w);
-      return true;
-    }
-    c.close_after_flush = true;
-    reply(c, w);
-    return true;
-  }
+  if (!c.greeted) return c.challenged ? check_proof(c, r) : hello(c, r);
 
   const auto read_keys = [&r]() {
     std::vector<std::string> keys;
