@@ -3,7 +3,8 @@
 // Rank and world come from RANK / WORLD_SIZE / LOCAL_RANK (tandemrun) or, under
 // mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK. The store is at MASTER_ADDR:
 // MASTER_PORT; rank 0 hosts it unless TANDEM_STORE_HOSTED=1 (the launcher does), and
-// TANDEM_JOB_ID names the job (a store of another job is refused). Under mpirun
+// TANDEM_JOB_ID names the job (a store of another job is refused), and the job secret
+// (TANDEM_JOB_SECRET_FD or TANDEM_JOB_SECRET_FILE) is proved to the store and by it. Under mpirun
 // without MASTER_ADDR the mpi backend starts its own store (rank 0, a free port,
 // address shared with MPI_Bcast), so timeouts can still name the missing ranks.
 //
@@ -65,6 +66,9 @@ struct LaunchEnv {
   bool store_hosted = false;  // TANDEM_STORE_HOSTED=1: the launcher hosts the store
   int restart_count = 0;      // TANDEM_RESTART_COUNT: keeps restarts' keys apart
   bool collective_checks = true;  // TANDEM_COLLECTIVE_CHECKS=0 turns the op check off
+  // The job secret (collectives/store_auth.h): from the descriptor TANDEM_JOB_SECRET_FD
+  // (tandemrun's workers) or the file TANDEM_JOB_SECRET_FILE; empty: none.
+  std::string job_secret;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

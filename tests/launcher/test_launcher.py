@@ -170,7 +170,25 @@ def test_usage():
     p = subprocess.run([TANDEMRUN, "--master-port", "0", "--", "no-such-program-xyz"], capture_output=True, text=True)
     check(p.returncode == 2 and "no-such-program-xyz" in p.stderr, f"unknown program: {p.returncode} {p.stderr}")
     p = subprocess.run([TANDEMRUN, "--help"], capture_output=True, text=True)
-    check(p.returncode == 0 and "--rdzv-timeout-s" in p.stdout, "--help")
+    check(p.returncode == 0 and "--rdzv-timeout-s" in p.stdout and "--job-secret-file" in p.stdout, "--help")
+    # A job secret file that is missing, empty, too short or of two lines: exit 2, named.
+    with tempfile.TemporaryDirectory() as d:
+        cases = [("absent", None, "cannot open the job secret file: No such file or directory"),
+                 ("empty", "", "not a usable job secret: it is empty"),
+                 ("short", "abc\n", "shorter than the 16 bytes a secret needs"),
+                 ("two", "0123456789abcdef\nmore\n", "contains a NUL, CR or LF byte")]
+        for name, text, needle in cases:
+            path = os.path.join(d, name)
+            if text is not None:
+                with open(path, "w") as f:
+                    f.write(text)
+            for how in ("flag", "env"):
+                flags = ["--job-secret-file", path] if how == "flag" else []
+                env = dict(os.environ, TANDEM_JOB_SECRET_FILE=path) if how == "env" else None
+                p = subprocess.run([TANDEMRUN, "--master-port", "0"] + flags + ["--", WORKER], capture_output=True,
+                                   text=True, env=env)
+                check(p.returncode == 2 and needle in p.stderr and path in p.stderr,
+                      f"secret file {name} ({how}): exit {p.returncode}: {p.stderr}")
 
 
 def test_gpu_count():
@@ -209,6 +227,8 @@ def test_env():
         for k, v in want.items():
             check(got.get(k) == v, f"rank {rank}: {k}={got.get(k)!r}, expected {v!r}", r)
         check(got.get("TANDEM_JOB_ID", "<unset>") != "<unset>", "TANDEM_JOB_ID unset", r)
+        # The generated job secret comes in a descriptor, never in the environment.
+        check(got.get("TANDEM_JOB_SECRET_FD", "").isdigit(), f"TANDEM_JOB_SECRET_FD={got.get('TANDEM_JOB_SECRET_FD')}", r)
     # A thread count the user chose is kept; the job id follows --job-id.
     env = dict(os.environ, OMP_NUM_THREADS="7")
     env.pop("OPENBLAS_NUM_THREADS", None)

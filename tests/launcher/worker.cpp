@@ -116,7 +116,7 @@ int run_mode(const std::string& mode, int rank) {
   if (name == "env") {
     for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
                           "MASTER_PORT", "TANDEM_RESTART_COUNT", "TANDEM_JOB_ID", "TANDEM_STORE_HOSTED",
-                          "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+                          "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TANDEM_JOB_SECRET_FD"}) {
       const char* value = std::getenv(v);
       say(stdout, std::string("ENV ") + v + "=" + (value ? value : "<unset>"));
     }
