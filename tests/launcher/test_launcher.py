@@ -281,6 +281,9 @@ def test_output():
             with open(os.path.join(logs, "attempt0", f"rank{rank}.stderr")) as f:
                 check(f.read() == "".join(f"rank {rank} err {i} {payload}\n" for i in range(n)),
                       f"log file rank{rank}.stderr differs from what the rank wrote")
+            for kind in ("stdout", "stderr"):
+                mode = os.stat(os.path.join(logs, "attempt0", f"rank{rank}.{kind}")).st_mode & 0o777
+                check(mode == 0o600, f"log file rank{rank}.{kind} has mode {mode:o}, not 600")
 
 
 def test_rank_filter():
