@@ -6,7 +6,8 @@
 // piling up unread drop only that client. Blocking gets and waits are parked as
 // waiters and answered when their keys appear or their deadline passes. Refused
 // handshakes are logged with the peer's address, a few a window and then as a count
-// (refusal_log.h), so a flood of them cannot flood the log.
+// (refusal_log.h), so a flood of them cannot flood the log. The handshake itself is in
+// store_server_auth.cpp.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -16,21 +17,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <deque>
-#include <map>
-#include <thread>
-#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
-#include "collectives/store.h"
-#include "collectives/refusal_log.h"
-#include "collectives/store_auth.h"
-#include "collectives/store_protocol.h"
+#include "collectives/store_server_impl.h"
 
 namespace tandem {
 
@@ -46,9 +39,6 @@ constexpr uint32_t kMaxKeysPerRequest = 1 << 20;
 // A longer wait is capped here (about 35 years), so adding it to the clock cannot
 // overflow whatever a client sends.
 constexpr int64_t kMaxWaitMs = int64_t{1} << 40;
-// Connections still in their handshake beyond this many: the oldest is dropped, so a
-// flood of half-open connections cannot use up the process's descriptors.
-constexpr size_t kMaxPendingHandshakes = 256;
 
 std::string peer_name(const sockaddr_storage& addr) {
   char host[NI_MAXHOST] = "?";
@@ -59,69 +49,6 @@ std::string peer_name(const sockaddr_storage& addr) {
 }
 
 }  // namespace
-
-struct StoreServer::Impl {
-  // Nested, not in the anonymous namespace: Impl has external linkage, and a unity build
-  // (TANDEM_UNITY_BUILD) includes this file, where GCC warns of a member of internal type.
-  struct Client {
-    uint64_t id = 0;
-    int fd = -1;
-    std::string peer;
-    bool greeted = false;          // the handshake is over: requests follow
-    bool challenged = false;       // hello answered with a challenge: the proof comes next
-    Clock::time_point accepted;
-    std::string client_nonce;
-    std::string server_nonce;
-    bool blocked = false;          // a get/wait is parked: do not parse further requests
-    bool close_after_flush = false;
-    bool dead = false;
-    std::string in;
-    std::string out;
-  };
-
-  struct Waiter {
-    uint64_t client = 0;
-    bool is_get = false;
-    std::vector<std::string> keys;
-    Clock::time_point deadline;
-  };
-
-  StoreServerOptions options;
-  int listen_fd = -1;
-  int wake[2] = {-1, -1};
-  int port = 0;
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> dropped{0};
-  std::atomic<int64_t> refused{0};
-  std::thread thread;
-
-  // Owned by the server thread only.
-  std::unordered_map<std::string, std::string> kv;
-  std::unordered_map<std::string, Clock::time_point> written;  // when each key of kv last changed
-  std::map<uint64_t, Client> clients;
-  uint64_t next_client = 1;
-  std::vector<Waiter> waiters;
-  std::deque<uint64_t> runnable;
-  RefusalLog refusal_log;
-
-  void run();
-  void accept_clients();
-  void read_client(uint64_t id, Client& c);
-  void flush(Client& c);
-  void drop(Client& c, const std::string& why);
-  void refuse_after_reply(Client& c, const std::string& why, Writer& w);
-  bool hello(Client& c, Reader& r);
-  bool check_proof(Client& c, Reader& r);
-  void expire_handshakes();
-  void limit_pending_handshakes();
-  Clock::time_point next_deadline() const;
-  void process(uint64_t id);
-  bool handle(uint64_t id, Client& c, std::string_view body);
-  void reply(Client& c, Writer& w);
-  void on_key_changed();
-  void expire_waiters();
-  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
-};
 
 StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
@@ -274,28 +201,6 @@ void StoreServer::Impl::accept_clients() {
   }
 }
 
-void StoreServer::Impl::limit_pending_handshakes() {
-  size_t pending = 0;
-  Client* oldest = nullptr;
-  for (auto& [id, c] : clients) {  // ordered by id: the first pending one is the oldest
-    if (c.greeted || c.dead) continue;
-    if (!oldest) oldest = &c;
-    ++pending;
-  }
-  if (pending > kMaxPendingHandshakes) {
-    drop(*oldest, "more than " + std::to_string(kMaxPendingHandshakes) +
-                        " connections are in their handshake; dropped the oldest");
-  }
-}
-
-void StoreServer::Impl::expire_handshakes() {
-  const auto now = Clock::now();
-  for (auto& [id, c] : clients) {
-    if (c.greeted || c.dead || c.close_after_flush || now < c.accepted + options.handshake_timeout) continue;
-    drop(c, "it did not finish the handshake within " + std::to_string(options.handshake_timeout.count()) + " ms");
-  }
-}
-
 void StoreServer::Impl::read_client(uint64_t id, Client& c) {
   size_t total = 0;
   char buf[kReadChunk];
@@ -379,15 +284,6 @@ void StoreServer::Impl::drop(Client& c, const std::string& why) {
   std::erase_if(waiters, [id = c.id](const Waiter& w) { return w.client == id; });
 }
 
-// A refusal with a reply (why not) sent before the connection closes.
-void StoreServer::Impl::refuse_after_reply(Client& c, const std::string& why, Writer& w) {
-  refused++;
-  dropped++;
-  refusal_log.refused(c.peer, why);
-  c.close_after_flush = true;
-  reply(c, w);
-}
-
 void StoreServer::Impl::reply(Client& c, Writer& w) {
   c.out += w.frame();
   if (c.out.size() > kMaxPendingOutput) {
@@ -424,62 +320,6 @@ void StoreServer::Impl::process(uint64_t id) {
     }
   }
   if (!c.dead) c.in.erase(0, consumed);
-}
-
-// The client's first frame. Returns false for a malformed one (the caller drops it).
-bool StoreServer::Impl::hello(Client& c, Reader& r) {
-  Writer w;
-  const uint32_t magic = r.u32();
-  const uint32_t version = r.u32();
-  if (!r.ok() || magic != kMagic) return false;
-  if (version != kVersion) {  // before parsing the rest, whose layout is this version's
-    w.u8(static_cast<uint8_t>(Status::bad_version)).u32(kVersion);
-    refuse_after_reply(c, "it speaks store protocol version " + std::to_string(version) + ", this store " +
-                              std::to_string(kVersion) + " (Tandem versions mixed in one job?)", w);
-    return true;
-  }
-  const std::string job = r.str(StoreLimits::kMaxKeyBytes);
-  c.client_nonce = r.str(store_auth::kNonceBytes);
-  if (!r.ok() || !r.done() || c.client_nonce.size() != store_auth::kNonceBytes) return false;
-  if (job != options.job_id) {
-    w.u8(static_cast<uint8_t>(Status::wrong_job)).str(options.job_id);
-    refuse_after_reply(c, "it belongs to job '" + job + "', this store serves job '" + options.job_id + "'", w);
-    return true;
-  }
-  if (options.secret.empty()) {
-    c.greeted = true;
-    w.u8(static_cast<uint8_t>(Status::ok));
-  } else {
-    c.server_nonce = store_auth::random_bytes(store_auth::kNonceBytes);
-    c.challenged = true;
-    w.u8(static_cast<uint8_t>(Status::challenge))
-        .str(c.server_nonce)
-        .str(store_auth::proof(options.secret, store_auth::Role::server, options.job_id, c.client_nonce,
-                               c.server_nonce));
-  }
-  reply(c, w);
-  return true;
-}
-
-// The client's proof of the job secret, against this connection's nonces.
-bool StoreServer::Impl::check_proof(Client& c, Reader& r) {
-  const std::string theirs = r.str(store_auth::kProofBytes);
-  if (!r.ok() || !r.done()) {
-    drop(c, "malformed proof of the job secret");
-    return true;
-  }
-  const std::string expected = store_auth::proof(options.secret, store_auth::Role::client, options.job_id,
-                                                 c.client_nonce, c.server_nonce);
-  Writer w;
-  if (!store_auth::proofs_equal(expected, theirs)) {
-    w.u8(static_cast<uint8_t>(Status::auth_failed));
-    refuse_after_reply(c, theirs.empty() ? "it has no job secret" : "wrong proof of the job secret", w);
-    return true;
-  }
-  c.greeted = true;
-  w.u8(static_cast<uint8_t>(Status::ok));
-  reply(c, w);
-  return true;
 }
 
 std::vector<std::string> StoreServer::Impl::missing(const std::vector<std::string>& keys) const {
