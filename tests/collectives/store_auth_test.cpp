@@ -10,9 +10,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include <gtest/gtest.h>
 
+#include "collectives/init.h"
 #include "collectives/store.h"
 #include "collectives/store_auth.h"
 #include "collectives/store_protocol.h"
@@ -285,6 +288,47 @@ TEST(StoreAuth, SecretsAreCheckedWhereTheyAreRead) {
   EXPECT_EQ(store_auth::read_secret_fd(fd, "fd"), kSecret);
   close(fd);
   std::filesystem::remove_all(dir);
+}
+
+TEST(StoreAuth, AFloodOfHalfOpenConnectionsEvictsTheOldestNotTheJob) {
+  StoreServerOptions so = server_options(kSecret);
+  so.handshake_timeout = std::chrono::minutes(10);  // only the cap of 256 pending acts here
+  StoreServer server(so);
+  std::vector<int> silent;
+  for (int i = 0; i < 300; ++i) silent.push_back(raw_connect(server.port()));
+  // The job's client is let in: its handshake makes 257 pending, which evicts one more.
+  TcpStore store(client_options(server.port(), kSecret));
+  store.set("k", "v");
+  EXPECT_EQ(store.get("k", seconds(5)), "v");
+  for (int i = 0; i < 45; ++i) EXPECT_TRUE(closed_by_server(silent[i])) << "connection " << i;
+  EXPECT_EQ(server.refused_clients(), 45);
+  for (int fd : silent) close(fd);
+}
+
+TEST(StoreAuth, TheLaunchEnvironmentNamesAnUnusableSecret) {
+  const auto error_for = [](std::map<std::string, std::string> vars) {
+    vars.emplace("RANK", "0");
+    vars.emplace("WORLD_SIZE", "1");
+    vars.emplace("MASTER_ADDR", "127.0.0.1");
+    vars.emplace("MASTER_PORT", "29500");
+    try {
+      read_launch_env([&](const std::string& name) -> std::optional<std::string> {
+        auto it = vars.find(name);
+        return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+      });
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(error_for({{"TANDEM_JOB_SECRET_FD", "x"}}),
+            "environment variable TANDEM_JOB_SECRET_FD='x' is not an integer in [0, 1048576]");
+  EXPECT_EQ(error_for({{"TANDEM_JOB_SECRET_FILE", "/nonexistent/secret"}}),
+            "environment variable TANDEM_JOB_SECRET_FILE=/nonexistent/secret: cannot open the job secret file: No "
+            "such file or directory");
+  const int bad_fd = 987654;  // not open
+  EXPECT_EQ(error_for({{"TANDEM_JOB_SECRET_FD", std::to_string(bad_fd)}}),
+            "environment variable TANDEM_JOB_SECRET_FD=987654: cannot read the job secret: Bad file descriptor");
 }
 
 TEST(StoreAuth, ProofsDependOnEveryInput) {
