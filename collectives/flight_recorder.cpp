@@ -1,16 +1,18 @@
 // FlightRecorder (see flight_recorder.h).
 #include "collectives/flight_recorder.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -148,9 +150,19 @@ std::string FlightRecorder::dump(const std::string& reason) const {
     const std::string text = to_json(reason);
     if (const char* dir = std::getenv("TANDEM_LOG_DIR"); dir && *dir) {
       const std::string path = std::string(dir) + "/flight-rank" + std::to_string(id_.rank) + ".json";
-      std::ofstream f(path, std::ios::trunc);
-      f << text << '\n';
-      if (f.good()) {
+      // 0600: a dump names the job's ops and timings; fchmod also narrows a file left
+      // by an earlier attempt.
+      const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      bool written = fd >= 0 && fchmod(fd, 0600) == 0;
+      const std::string line = text + '\n';
+      for (size_t done = 0; written && done < line.size();) {
+        const ssize_t n = write(fd, line.data() + done, line.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        written = n > 0;
+        if (written) done += static_cast<size_t>(n);
+      }
+      if (fd >= 0) close(fd);
+      if (written) {
         log_->error("rank {}: flight recorder ({}) written to {}", id_.rank, reason, path);
         return path;
       }

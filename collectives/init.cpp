@@ -2,6 +2,7 @@
 // rendezvous that names missing ranks (see init.h).
 #include "collectives/init.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -11,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/backends.h"
+#include "collectives/store_auth.h"
 
 namespace tandem {
 
@@ -59,6 +61,21 @@ int parse_int(const std::string& name, const std::string& value, int lo, int hi)
 }
 
 constexpr int kMaxWorld = 1 << 20;
+
+// The descriptor tandemrun passes wins over a file the user names. The descriptor is
+// made close-on-exec once read, so programs this one starts do not inherit it.
+std::string read_job_secret(const EnvLookup& lookup) {
+  if (auto fd_text = lookup("TANDEM_JOB_SECRET_FD"); fd_text && !fd_text->empty()) {
+    const int fd = parse_int("TANDEM_JOB_SECRET_FD", *fd_text, 0, 1 << 20);
+    std::string secret = store_auth::read_secret_fd(fd, "environment variable TANDEM_JOB_SECRET_FD=" + *fd_text);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return secret;
+  }
+  if (auto file = lookup("TANDEM_JOB_SECRET_FILE"); file && !file->empty()) {
+    return store_auth::read_secret_file(*file, "environment variable TANDEM_JOB_SECRET_FILE=" + *file);
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -133,6 +150,7 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
   if (auto restarts = lookup("TANDEM_RESTART_COUNT"); restarts && !restarts->empty()) {
     env.restart_count = parse_int("TANDEM_RESTART_COUNT", *restarts, 0, 1 << 30);
   }
+  env.job_secret = read_job_secret(lookup);
   if (auto checks = lookup("TANDEM_COLLECTIVE_CHECKS"); checks && !checks->empty()) {
     if (*checks != "0" && *checks != "1") {
       throw std::invalid_argument("environment variable TANDEM_COLLECTIVE_CHECKS='" + *checks +
@@ -254,12 +272,20 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, con
   args.check_ops = options.check_ops && env.collective_checks;
   if (!env.master_addr.empty()) {
     if (env.rank == 0 && !env.store_hosted) {
-      args.server = std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", env.master_port, env.job_id});
+      args.server =
+          std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", env.master_port, env.job_id, env.job_secret});
+      if (env.job_secret.empty()) {
+        spdlog::warn("rank 0 hosts the store on port {} without a job secret: any process that can reach it and "
+                     "knows the job id can read and rewrite the rendezvous (set TANDEM_JOB_SECRET_FILE; "
+                     "docs/security.md)",
+                     env.master_port);
+      }
     }
     TcpStoreOptions so;
     so.host = env.master_addr;
     so.port = env.master_port;
     so.job_id = env.job_id;
+    so.secret = env.job_secret;
     so.connect_timeout = options.rendezvous_timeout;
     std::shared_ptr<Store> base;
     try {

@@ -4,9 +4,10 @@
 // mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK. The store is at TANDEM_STORE_ADDR:
 // TANDEM_STORE_PORT (tandemrun, which leaves MASTER_PORT to the job's own processes),
 // else at MASTER_ADDR:MASTER_PORT; rank 0 hosts it unless TANDEM_STORE_HOSTED=1 (the
-// launcher does), and TANDEM_JOB_ID names the job (a store of another job is refused).
-// Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT is the agent's PyTorch
-// store, so without TANDEM_STORE_* the environment is refused, by name. Under mpirun
+// launcher does), TANDEM_JOB_ID names the job (a store of another job is refused), and
+// the job secret (TANDEM_JOB_SECRET_FD or TANDEM_JOB_SECRET_FILE) is proved to the store
+// and by it. Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT is the agent's
+// PyTorch store, so without TANDEM_STORE_* the environment is refused, by name. Under mpirun
 // without MASTER_ADDR the mpi backend starts its own store (rank 0, a free port,
 // address shared with MPI_Bcast), so timeouts can still name the missing ranks.
 //
@@ -68,6 +69,9 @@ struct LaunchEnv {
   bool store_hosted = false;  // TANDEM_STORE_HOSTED=1: the launcher hosts the store
   int restart_count = 0;      // TANDEM_RESTART_COUNT: keeps restarts' keys apart
   bool collective_checks = true;  // TANDEM_COLLECTIVE_CHECKS=0 turns the op check off
+  // The job secret (collectives/store_auth.h): from the descriptor TANDEM_JOB_SECRET_FD
+  // (tandemrun's workers) or the file TANDEM_JOB_SECRET_FILE; empty: none.
+  std::string job_secret;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

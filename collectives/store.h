@@ -95,6 +95,9 @@ struct TcpStoreOptions {
   std::chrono::milliseconds connect_timeout = std::chrono::minutes(10);
   // Deadline for calls that do not wait for keys (set, add, ...).
   std::chrono::milliseconds op_timeout = std::chrono::seconds(60);
+  // The job secret (store_auth.h); empty: none. With one, the client proves it and
+  // refuses a store that cannot prove it back, or that does not ask for it.
+  std::string secret;
 };
 
 // The client. Thread-safe (calls are serialised on one connection), but a thread
@@ -125,6 +128,8 @@ class TcpStore : public Store {
 
  private:
   struct Reply;
+  // Hello, then the job-secret challenge if the store asks (store_auth.h); throws StoreError.
+  void handshake();
   Reply call(const std::string& request, std::chrono::milliseconds deadline_after,
              const char* what);
 
@@ -164,9 +169,19 @@ class PrefixStore : public Store {
 };
 
 struct StoreServerOptions {
+  StoreServerOptions() = default;
+  StoreServerOptions(std::string bind, int port_, std::string job, std::string secret_ = {})
+      : bind_addr(std::move(bind)), port(port_), job_id(std::move(job)), secret(std::move(secret_)) {}
+
   std::string bind_addr = "0.0.0.0";
   int port = 0;  // 0: the kernel picks a free port; read it back with port()
   std::string job_id = "tandem";
+  // The job secret (store_auth.h); empty: clients are not authenticated (as before
+  // protocol version 3), and a client that has a secret refuses this store.
+  std::string secret;
+  // A connection that has not finished its handshake by then is dropped, so a client
+  // holding one open half-way cannot keep its slot.
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
 };
 
 // Serves the store on a background thread (poll() over non-blocking sockets).
@@ -181,8 +196,12 @@ class StoreServer {
 
   int port() const;
   const StoreServerOptions& options() const;
-  // Clients dropped so far for protocol violations (malformed, oversized, wrong job).
+  // Clients dropped so far for protocol violations (malformed, oversized, wrong job,
+  // failed authentication, unfinished handshake).
   int64_t dropped_clients() const;
+  // Of those, the connections refused for failing the job-secret handshake: no or a
+  // wrong proof, closed or timed out before proving it.
+  int64_t refused_clients() const;
 
  private:
   struct Impl;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "collectives/store.h"
+#include "collectives/store_auth.h"
 #include "collectives/store_protocol.h"
 
 namespace tandem {
@@ -145,23 +146,63 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(500));
   }
+  try {
+    handshake();
+  } catch (...) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+void TcpStore::handshake() {
+  const std::string client_nonce = store_auth::random_bytes(store_auth::kNonceBytes);
   Writer hello;
-  hello.u32(kMagic).u32(kVersion).str(options_.job_id);
+  hello.u32(kMagic).u32(kVersion).str(options_.job_id).str(client_nonce);
   Reply r = call(hello.frame(), options_.op_timeout, "handshake");
   Reader in(r.body);
   if (r.status == Status::wrong_job) {
     const std::string theirs = in.str(StoreLimits::kMaxKeyBytes);
-    close(fd_);
-    fd_ = -1;
     throw StoreError("store at " + options_.host + ":" + std::to_string(options_.port) +
                      " belongs to job " + theirs + ", not " + options_.job_id);
   }
-  if (r.status != Status::ok) {
-    close(fd_);
-    fd_ = -1;
+  if (r.status == Status::bad_version) {
     throw StoreError(describe() + ": handshake refused (protocol version mismatch: client " +
                      std::to_string(kVersion) + ", server " + std::to_string(in.u32()) + ")");
   }
+  if (r.status == Status::ok) {
+    if (options_.secret.empty()) return;
+    throw StoreError(describe() + ": the store does not ask for the job secret, but this process has one: "
+                     "it is not this job's store, or it was started without the secret");
+  }
+  if (r.status != Status::challenge) {
+    throw StoreError(describe() + ": unexpected reply " + std::to_string(static_cast<int>(r.status)) +
+                     " to the handshake");
+  }
+  const std::string server_nonce = in.str(store_auth::kNonceBytes);
+  const std::string server_proof = in.str(store_auth::kProofBytes);
+  if (!in.ok() || !in.done() || server_nonce.size() != store_auth::kNonceBytes) {
+    throw StoreError(describe() + ": malformed challenge in the handshake");
+  }
+  std::string mine;  // empty: no secret, which the store refuses (and logs)
+  if (!options_.secret.empty()) {
+    const std::string expected = store_auth::proof(options_.secret, store_auth::Role::server, options_.job_id,
+                                                   client_nonce, server_nonce);
+    if (!store_auth::proofs_equal(expected, server_proof)) {
+      throw StoreError(describe() + ": the store could not prove it knows the job secret: this process's "
+                       "secret differs from the store's, or another program is listening on this port");
+    }
+    mine = store_auth::proof(options_.secret, store_auth::Role::client, options_.job_id, client_nonce, server_nonce);
+  }
+  Writer answer;
+  answer.str(mine);
+  r = call(answer.frame(), options_.op_timeout, "handshake");
+  if (r.status == Status::ok) return;
+  if (options_.secret.empty()) {
+    throw StoreError(describe() + ": the store requires the job secret, which this process lacks (set "
+                     "TANDEM_JOB_SECRET_FILE, or give tandemrun --job-secret-file; see docs/security.md)");
+  }
+  throw StoreError(describe() + ": the store refused this process's proof of the job secret");
 }
 
 TcpStore::~TcpStore() {

@@ -2,8 +2,12 @@
 // Invariants: the thread never blocks on one client (reads and writes are
 // non-blocking, each poll round reads a bounded amount per client); a frame longer
 // than kMaxFrameBytes, a body that does not parse, a bad magic number, another job's
-// id, or replies piling up unread drop only that client. Blocking gets and waits are
-// parked as waiters and answered when their keys appear or their deadline passes.
+// id, a failed job-secret proof, a handshake unfinished at its deadline, or replies
+// piling up unread drop only that client. Blocking gets and waits are parked as
+// waiters and answered when their keys appear or their deadline passes. Refused
+// handshakes are logged with the peer's address, a few a window and then as a count
+// (refusal_log.h), so a flood of them cannot flood the log. The handshake itself is in
+// store_server_auth.cpp.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -13,19 +17,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <deque>
-#include <map>
-#include <thread>
-#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
-#include "collectives/store.h"
-#include "collectives/store_protocol.h"
+#include "collectives/store_server_impl.h"
 
 namespace tandem {
 
@@ -51,57 +49,6 @@ std::string peer_name(const sockaddr_storage& addr) {
 }
 
 }  // namespace
-
-struct StoreServer::Impl {
-  // Nested, not in the anonymous namespace: Impl has external linkage, and a unity build
-  // (TANDEM_UNITY_BUILD) includes this file, where GCC warns of a member of internal type.
-  struct Client {
-    uint64_t id = 0;
-    int fd = -1;
-    std::string peer;
-    bool greeted = false;
-    bool blocked = false;          // a get/wait is parked: do not parse further requests
-    bool close_after_flush = false;
-    bool dead = false;
-    std::string in;
-    std::string out;
-  };
-
-  struct Waiter {
-    uint64_t client = 0;
-    bool is_get = false;
-    std::vector<std::string> keys;
-    Clock::time_point deadline;
-  };
-
-  StoreServerOptions options;
-  int listen_fd = -1;
-  int wake[2] = {-1, -1};
-  int port = 0;
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> dropped{0};
-  std::thread thread;
-
-  // Owned by the server thread only.
-  std::unordered_map<std::string, std::string> kv;
-  std::unordered_map<std::string, Clock::time_point> written;  // when each key of kv last changed
-  std::map<uint64_t, Client> clients;
-  uint64_t next_client = 1;
-  std::vector<Waiter> waiters;
-  std::deque<uint64_t> runnable;
-
-  void run();
-  void accept_clients();
-  void read_client(uint64_t id, Client& c);
-  void flush(Client& c);
-  void drop(Client& c, const std::string& why);
-  void process(uint64_t id);
-  bool handle(uint64_t id, Client& c, std::string_view body);
-  void reply(Client& c, Writer& w);
-  void on_key_changed();
-  void expire_waiters();
-  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
-};
 
 StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
@@ -156,6 +103,7 @@ StoreServer::~StoreServer() {
   const char byte = 1;
   [[maybe_unused]] ssize_t n = write(s.wake[1], &byte, 1);
   s.thread.join();
+  s.refusal_log.flush();
   for (auto& [id, c] : s.clients) {
     if (!c.dead) close(c.fd);
   }
@@ -167,6 +115,16 @@ StoreServer::~StoreServer() {
 int StoreServer::port() const { return impl_->port; }
 const StoreServerOptions& StoreServer::options() const { return impl_->options; }
 int64_t StoreServer::dropped_clients() const { return impl_->dropped.load(); }
+int64_t StoreServer::refused_clients() const { return impl_->refused.load(); }
+
+Clock::time_point StoreServer::Impl::next_deadline() const {
+  auto next = Clock::time_point::max();
+  for (const Waiter& w : waiters) next = std::min(next, w.deadline);
+  for (const auto& [id, c] : clients) {
+    if (!c.greeted && !c.dead) next = std::min(next, c.accepted + options.handshake_timeout);
+  }
+  return next;
+}
 
 void StoreServer::Impl::run() {
   std::vector<pollfd> fds;
@@ -184,9 +142,7 @@ void StoreServer::Impl::run() {
       ids.push_back(id);
     }
     int timeout_ms = -1;
-    if (!waiters.empty()) {
-      auto next = waiters.front().deadline;
-      for (const Waiter& w : waiters) next = std::min(next, w.deadline);
+    if (const auto next = next_deadline(); next != Clock::time_point::max()) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
     }
@@ -214,6 +170,7 @@ void StoreServer::Impl::run() {
       process(id);
     }
     expire_waiters();
+    expire_handshakes();
     while (!runnable.empty()) {  // expired waiters unblock clients with queued requests
       const uint64_t id = runnable.front();
       runnable.pop_front();
@@ -238,7 +195,9 @@ void StoreServer::Impl::accept_clients() {
     c.id = next_client;
     c.fd = fd;
     c.peer = peer_name(addr);
+    c.accepted = Clock::now();
     clients.emplace(next_client++, std::move(c));
+    limit_pending_handshakes();
   }
 }
 
@@ -267,6 +226,10 @@ void StoreServer::Impl::read_client(uint64_t id, Client& c) {
       // (a client may send a set and close at once); their replies go out if the client
       // only half-closed. A wait it leaves parked is given up with it.
       if (!c.blocked) process(id);
+      if (!c.dead && !c.greeted && !c.close_after_flush) {
+        drop(c, c.challenged ? "it closed the connection before proving the job secret"
+                             : "it closed the connection during the handshake");
+      }
       if (!c.dead) {
         c.dead = true;
         close(c.fd);
@@ -306,8 +269,15 @@ void StoreServer::Impl::flush(Client& c) {
   }
 }
 
+// Before the handshake is over a client is a stranger: its refusal goes to the
+// rate-limited log and counts as refused; after, it is one of the job's own.
 void StoreServer::Impl::drop(Client& c, const std::string& why) {
-  spdlog::warn("store server: dropping client {}: {}", c.peer, why);
+  if (c.greeted) {
+    spdlog::warn("store server: dropping client {}: {}", c.peer, why);
+  } else {
+    refused++;
+    refusal_log.refused(c.peer, why);
+  }
   dropped++;
   c.dead = true;
   close(c.fd);
@@ -337,8 +307,15 @@ void StoreServer::Impl::process(uint64_t id) {
     if (c.in.size() - consumed - 4 < len) break;  // incomplete: wait for more bytes
     const std::string_view body(c.in.data() + consumed + 4, len);
     consumed += 4 + static_cast<size_t>(len);
-    if (!handle(id, c, body)) {
-      drop(c, "malformed request");
+    bool well_formed = false;
+    try {
+      well_formed = handle(id, c, body);
+    } catch (const std::exception& e) {  // OpenSSL out of randomness: only this client fails
+      drop(c, e.what());
+      return;
+    }
+    if (!well_formed) {
+      drop(c, c.greeted ? "malformed request" : "malformed handshake");
       return;
     }
   }
@@ -357,28 +334,7 @@ std::vector<std::string> StoreServer::Impl::missing(const std::vector<std::strin
 bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
   Reader r(body);
   Writer w;
-  if (!c.greeted) {
-    const uint32_t magic = r.u32();
-    const uint32_t version = r.u32();
-    const std::string job = r.str(StoreLimits::kMaxKeyBytes);
-    if (!r.ok() || !r.done() || magic != kMagic) return false;
-    if (version != kVersion) {
-      w.u8(static_cast<uint8_t>(Status::bad_version)).u32(kVersion);
-    } else if (job != options.job_id) {
-      spdlog::warn("store server: refusing client {} of job '{}' (this store serves job '{}')",
-                   c.peer, job, options.job_id);
-      dropped++;
-      w.u8(static_cast<uint8_t>(Status::wrong_job)).str(options.job_id);
-    } else {
-      c.greeted = true;
-      w.u8(static_cast<uint8_t>(Status::ok));
-      reply(c, w);
-      return true;
-    }
-    c.close_after_flush = true;
-    reply(c, w);
-    return true;
-  }
+  if (!c.greeted) return c.challenged ? check_proof(c, r) : hello(c, r);
 
   const auto read_keys = [&r]() {
     std::vector<std::string> keys;

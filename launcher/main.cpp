@@ -13,6 +13,7 @@
 
 #include "launcher/console.h"
 #include "launcher/failure.h"
+#include "launcher/job_secret.h"
 #include "launcher/options.h"
 #include "launcher/program_kind.h"
 #include "launcher/rendezvous.h"
@@ -151,6 +152,12 @@ int main(int argc, char** argv) {
   Console console;
   spdlog::set_default_logger(make_console_logger(
       console, options->nnodes > 1 ? "tandemrun[node " + std::to_string(options->node_rank) + "]: " : "tandemrun: "));
+  try {
+    prepare_job_secret(*options);
+  } catch (const UsageError& e) {
+    spdlog::error("usage error: {}", e.what());
+    return 2;
+  }
   try {
     return run(*options, signals, console);
   } catch (const std::exception& e) {

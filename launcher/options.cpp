@@ -12,6 +12,7 @@
 #include <tandem/version.h>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace tandem::launcher {
@@ -172,6 +173,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--job-id", o.job_id,
                  "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");
+  app.add_option("--job-secret-file", o.job_secret_file,
+                 "File holding the job secret, the same on every node (default: $TANDEM_JOB_SECRET_FILE; a "
+                 "single-node job without one makes its own; see docs/security.md)");
 
   app.set_version_flag("--version", std::string("tandemrun ") + TANDEM_VERSION_STRING, "Print the version and exit");
   try {
@@ -223,6 +227,14 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   o.hang_timeout = seconds_flag("--hang-timeout-s", hang_timeout_s, true);
   if (!rank_filter.empty() || app.count("--rank-filter")) {
     o.rank_filter = parse_rank_list(rank_filter, o.world_size());
+  }
+  if (app.count("--job-secret-file") && o.job_secret_file.empty()) {
+    throw UsageError("--job-secret-file: must not be empty");
+  }
+  o.job_secret_file_source = "--job-secret-file " + o.job_secret_file;
+  if (const char* file = std::getenv("TANDEM_JOB_SECRET_FILE"); o.job_secret_file.empty() && file && *file) {
+    o.job_secret_file = file;
+    o.job_secret_file_source = std::string("TANDEM_JOB_SECRET_FILE=") + file;
   }
   if (app.count("--job-id") && o.job_id.empty()) throw UsageError("--job-id: must not be empty");
   if (o.job_id.empty()) {

@@ -37,6 +37,11 @@ struct LaunchOptions {
   // one: by default it is derived from flags all nodes share (see parse_options).
   std::string job_id;
   std::vector<std::string> command;  // PROGRAM ARGS...
+  // --job-secret-file, else TANDEM_JOB_SECRET_FILE; empty: none (launcher/job_secret.h).
+  std::string job_secret_file;
+  std::string job_secret_file_source;  // "--job-secret-file PATH", for messages
+  std::string job_secret;              // filled by prepare_job_secret
+  int job_secret_fd = -1;              // the sealed memfd the workers inherit
 
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }

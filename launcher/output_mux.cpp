@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,7 +25,9 @@ void OutputMux::add(int rank, StreamKind kind, int fd) {
   if (!log_dir_.empty()) {
     const std::string path =
         log_dir_ + "/rank" + std::to_string(rank) + (kind == StreamKind::out ? ".stdout" : ".stderr");
-    s.log_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // 0600, also for a file an earlier run left: a rank's output may hold data or paths.
+    s.log_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (s.log_fd >= 0) fchmod(s.log_fd, 0600);
     if (s.log_fd < 0) {
       close(fd);
       throw std::runtime_error("cannot create log file " + path + ": " + std::strerror(errno));

@@ -91,6 +91,7 @@ JobStore::JobStore(const LaunchOptions& options, std::function<int()> poll_signa
     so.bind_addr = ipv6 ? "::" : "0.0.0.0";
     so.port = options_.master_port;
     so.job_id = options_.job_id;
+    so.secret = options_.job_secret;
     try {
       server_ = std::make_unique<StoreServer>(so);
     } catch (const StoreError& e) {
@@ -122,6 +123,7 @@ void JobStore::connect() {
   to.host = options_.node_rank == 0 ? (ipv6 ? "::1" : "127.0.0.1") : options_.master_addr;
   to.port = port_;
   to.job_id = options_.job_id;
+  to.secret = options_.job_secret;
   to.op_timeout = kOpTimeout;
   const auto deadline = Clock::now() + options_.rdzv_timeout;
   for (;;) {

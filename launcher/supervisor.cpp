@@ -99,7 +99,7 @@ void Attempt::spawn_all() {
     w.rank = o_.global_rank(lr);
     try {
       const auto env = merged_environment(worker_variables(o_, lr, attempt_, store_.port(), store_.master_port()));
-      SpawnedWorker s = spawn_worker(program_, o_.command, env);
+      SpawnedWorker s = spawn_worker(program_, o_.command, env, o_.job_secret_fd);
       w.pid = s.pid;
       w.alive = true;
       workers_.push_back(w);  // from here on, begin_stop reaches it

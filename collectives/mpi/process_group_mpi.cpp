@@ -17,6 +17,7 @@
 #include "collectives/mpi/mpi_runtime.h"
 #include "collectives/mpi/op_packets.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/store_auth.h"
 
 namespace tandem {
 
@@ -103,11 +104,19 @@ bool checked_inline(OpPackets* packets, const Collective& c) {
 
 // Runs on the creating thread before the group's comm thread makes any MPI call.
 void bootstrap_store(BackendArgs& args) {
+  // The store's address and a job secret rank 0 makes for this store alone, sent over
+  // MPI, which already connects exactly the job's processes (docs/security.md).
   constexpr int kAddrBytes = 512;
-  char address[kAddrBytes] = {};
+  struct {
+    char address[kAddrBytes];
+    char secret[80];
+  } bootstrap = {};
+  char* address = bootstrap.address;
   if (args.rank == 0) {
     try {
-      args.server = std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", 0, args.job_id});
+      const std::string secret = store_auth::generate_secret();
+      args.server = std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", 0, args.job_id, secret});
+      snprintf(bootstrap.secret, sizeof(bootstrap.secret), "%s", secret.c_str());
       // All ranks on this node (the usual mpirun test): loopback; else this host's name.
       const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
       std::string host = "127.0.0.1";
@@ -116,12 +125,12 @@ void bootstrap_store(BackendArgs& args) {
         gethostname(name, sizeof(name) - 1);
         host = name;
       }
-      snprintf(address, sizeof(address), "%s:%d", host.c_str(), args.server->port());
+      snprintf(address, kAddrBytes, "%s:%d", host.c_str(), args.server->port());
     } catch (const std::exception& e) {
       spdlog::warn("mpi: rank 0 could not start a store ({}); timeouts will not name missing ranks", e.what());
     }
   }
-  TANDEM_MPI_CHECK(args.rank, MPI_Bcast(address, kAddrBytes, MPI_CHAR, 0, MPI_COMM_WORLD));
+  TANDEM_MPI_CHECK(args.rank, MPI_Bcast(&bootstrap, sizeof(bootstrap), MPI_BYTE, 0, MPI_COMM_WORLD));
   const std::string addr(address);
   const size_t colon = addr.rfind(':');
   if (colon == std::string::npos) return;
@@ -130,6 +139,7 @@ void bootstrap_store(BackendArgs& args) {
     so.host = addr.substr(0, colon);
     so.port = std::atoi(addr.c_str() + colon + 1);
     so.job_id = args.job_id;
+    so.secret = std::string(bootstrap.secret, strnlen(bootstrap.secret, sizeof(bootstrap.secret)));
     so.connect_timeout = std::min<std::chrono::milliseconds>(args.timeout, std::chrono::seconds(30));
     args.store = std::make_shared<PrefixStore>("tandem/mpi/" + args.group_name + "/", std::make_shared<TcpStore>(so));
   } catch (const std::exception& e) {

@@ -1,8 +1,6 @@
 // Store tests in one process: a real server on a kernel-chosen port, real clients,
 // and raw sockets writing malformed bytes. No sleeps: blocking calls are released by
 // the events they wait for, and timeouts are only asserted as errors, never timed.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 
 #include "collectives/store.h"
 #include "collectives/store_protocol.h"
+#include "tests/collectives/raw_socket.h"
 
 namespace tandem {
 namespace {
@@ -34,46 +33,6 @@ struct Fixture : ::testing::Test {
   StoreServer server{StoreServerOptions{"127.0.0.1", 0, "test-job"}};
   TcpStore store{client_options(server.port())};
 };
-
-// A raw connection, for speaking the protocol badly on purpose.
-int raw_connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  timeval tv{20, 0};  // a bounded read: the test fails rather than hangs
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
-void raw_send(int fd, const std::string& bytes) {
-  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-}
-
-std::string le32(uint32_t v) {
-  std::string s(4, '\0');
-  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
-
-// Concatenates pieces with append (GCC 12 warns falsely on long operator+ chains).
-std::string cat(std::initializer_list<std::string> parts) {
-  std::string s;
-  for (const auto& p : parts) s.append(p);
-  return s;
-}
-
-// True once the server has closed this connection (recv sees EOF or a reset).
-bool closed_by_server(int fd) {
-  char buf[256];
-  for (;;) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n == 0) return true;
-    if (n < 0) return errno == ECONNRESET;
-  }
-}
 
 TEST_F(Fixture, SetGetCheckDelete) {
   store.set("a", "alpha");
@@ -205,7 +164,7 @@ TEST_F(Fixture, RequestsSentWithTheCloseStillCount) {
   // hello + set, then an orderly close in the same breath: the set must be applied.
   using namespace store_wire;
   Writer hello;
-  hello.u32(kMagic).u32(kVersion).str("test-job");
+  hello.u32(kMagic).u32(kVersion).str("test-job").str(std::string(32, 'n'));
   Writer set;
   set.u8(static_cast<uint8_t>(Command::set)).str("late").str("applied");
   const int fd = raw_connect(server.port());
@@ -220,7 +179,7 @@ TEST_F(Fixture, HugeWaitTimeoutIsCappedNotOverflowed) {
   // the clock overflowed) parks, and is answered when the key appears.
   using namespace store_wire;
   Writer hello;
-  hello.u32(kMagic).u32(kVersion).str("test-job");
+  hello.u32(kMagic).u32(kVersion).str("test-job").str(std::string(32, 'n'));
   Writer get;
   get.u8(static_cast<uint8_t>(Command::get)).str("eventually").i64(INT64_MAX);
   const int fd = raw_connect(server.port());
@@ -262,7 +221,7 @@ TEST_F(Fixture, MalformedMessagesDropOnlyThatClient) {
   close(huge);
   // 3. A valid handshake, then a set whose key length points past the frame.
   const int liar = raw_connect(server.port());
-  raw_send(liar, cat({le32(4 + 4 + 4 + 8), le32(0x54444d53), le32(store_wire::kVersion), le32(8), "test-job"}));
+  raw_send(liar, hello_frame("test-job"));
   char ok[5];
   ASSERT_EQ(recv(liar, ok, 5, MSG_WAITALL), 5);  // handshake accepted
   raw_send(liar, cat({le32(1 + 4 + 3), std::string(1, '\x01'), le32(1000), "abc"}));
@@ -271,7 +230,7 @@ TEST_F(Fixture, MalformedMessagesDropOnlyThatClient) {
   // 4. A value over 64 MiB inside a frame under the frame limit cannot exist, but a
   //    key over 4 KiB can: refused.
   const int long_key = raw_connect(server.port());
-  raw_send(long_key, cat({le32(4 + 4 + 4 + 8), le32(0x54444d53), le32(store_wire::kVersion), le32(8), "test-job"}));
+  raw_send(long_key, hello_frame("test-job"));
   ASSERT_EQ(recv(long_key, ok, 5, MSG_WAITALL), 5);
   const std::string key(5000, 'k');
   raw_send(long_key, cat({le32(1 + 4 + 5000 + 4), std::string(1, '\x01'), le32(5000), key, le32(0)}));

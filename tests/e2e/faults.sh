@@ -67,9 +67,9 @@ after() {  # after NAME CODE: exit code, no process left, checkpoints intact
   if [ "$n" -eq 0 ]; then echo "FAIL: $name wrote no checkpoint before the fault"; FAILED=1; else echo "ok: $n checkpoint(s) verify"; fi
 }
 
-flight_dump_ok() {  # flight_dump_ok NAME RANK: the rank's dump is valid JSON with entries
+flight_dump_ok() {  # flight_dump_ok NAME RANK: the rank's dump is valid JSON with entries, mode 0600
   local f="$TMP/$1-logs/attempt0/flight-rank$2.json"
-  if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['format']=='tandem-flight-recorder' and d['rank']==int(sys.argv[2]) and d['entries']" "$f" "$2"; then
+  if python3 -c "import json,os,sys; d=json.load(open(sys.argv[1])); assert d['format']=='tandem-flight-recorder' and d['rank']==int(sys.argv[2]) and d['entries'] and os.stat(sys.argv[1]).st_mode & 0o777 == 0o600" "$f" "$2"; then
     echo "ok: $f"
   else
     echo "FAIL: no valid flight recorder at $f"; ls -R "$TMP/$1-logs"; FAILED=1

@@ -1,7 +1,11 @@
 // Fuzz target: the TCP store's wire protocol as the server sees it (collectives/store.h,
-// collectives/store_protocol.h). One real StoreServer per process (127.0.0.1, port 0); each
-// input is one client's byte stream: byte 0 picks the chunk size the rest is sent in (0: all
-// at once), then (once the server has handled those bytes, see Barrier) the client
+// collectives/store_protocol.h, collectives/store_auth.h). Two real StoreServers per process
+// (127.0.0.1, port 0), one without a job secret and one with; each input is one client's
+// byte stream. Byte 0: bits 0-5 the chunk size the rest is sent in (0: all at once); bit 7
+// picks the server with the secret, where the stream is the hello, the proof and the rest
+// (so the fuzzer exercises the challenge and the proof's parsing); bit 6 (with bit 7) has
+// this harness pass the handshake first, with the right proof, so the stream is requests
+// to an authenticated store. Then (once the server has handled those bytes, see Barrier) the client
 // half-closes and reads until the server closes. Contract checked:
 // the server neither crashes (ASan, UBSan and aborts surface here: it runs in this process)
 // nor keeps a connection whose client has finished; a malformed client is dropped, and a
@@ -21,6 +25,7 @@
 #include <cstring>
 
 #include "collectives/store.h"
+#include "collectives/store_auth.h"
 #include "collectives/store_protocol.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -49,13 +54,53 @@ void read_exactly(int fd, char* out, size_t n) {
   }
 }
 
-tandem::StoreServer& server() {
-  // Lives until the process exits: one server serves every input, as one serves a job.
-  static auto* s = [] {
+constexpr char kSecret[] = "fuzz-secret-0123456789";
+constexpr uint8_t kAuthenticated = 0x80;
+constexpr uint8_t kHandshakeFirst = 0x40;
+
+tandem::StoreServer& server(bool with_secret) {
+  // Live until the process exits: one server serves every input, as one serves a job.
+  static auto* open = [] {
     spdlog::set_level(spdlog::level::err);  // every dropped client would log a warning
     return new tandem::StoreServer({"127.0.0.1", 0, "fuzz"});
   }();
-  return *s;
+  static auto* secret = new tandem::StoreServer({"127.0.0.1", 0, "fuzz", kSecret});
+  return with_secret ? *secret : *open;
+}
+
+void send_all(int fd, const std::string& bytes) {
+  FUZZ_CHECK(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+}
+
+// One reply frame's body (status byte first).
+std::string read_frame(int fd) {
+  char header[4];
+  read_exactly(fd, header, 4);
+  std::string body(tandem::store_wire::read_frame_length(header), '\0');
+  FUZZ_CHECK(!body.empty() && body.size() < 4096);
+  read_exactly(fd, body.data(), body.size());
+  return body;
+}
+
+// A well-behaved client's handshake, with the job secret when `with_secret`.
+void handshake(int fd, bool with_secret) {
+  using namespace tandem::store_wire;
+  namespace auth = tandem::store_auth;
+  const std::string nonce(auth::kNonceBytes, 'n');
+  send_all(fd, Writer().u32(kMagic).u32(kVersion).str("fuzz").str(nonce).frame());
+  std::string reply = read_frame(fd);
+  if (!with_secret) {
+    FUZZ_CHECK(reply == std::string(1, '\0'));  // Status::ok
+    return;
+  }
+  FUZZ_CHECK(static_cast<Status>(reply[0]) == Status::challenge);
+  Reader in(std::string_view(reply).substr(1));
+  const std::string server_nonce = in.str(auth::kNonceBytes);
+  const std::string server_proof = in.str(auth::kProofBytes);
+  FUZZ_CHECK(in.ok() && in.done());
+  FUZZ_CHECK(auth::proofs_equal(server_proof, auth::proof(kSecret, auth::Role::server, "fuzz", nonce, server_nonce)));
+  send_all(fd, Writer().str(auth::proof(kSecret, auth::Role::client, "fuzz", nonce, server_nonce)).frame());
+  FUZZ_CHECK(read_frame(fd) == std::string(1, '\0'));
 }
 
 int connect_client(int port) {
@@ -82,25 +127,16 @@ int connect_client(int port) {
 // discarded unhandled: hence this barrier before the half-close).
 class Barrier {
  public:
-  explicit Barrier(int port) : fd_(connect_client(port)) {
-    using namespace tandem::store_wire;
-    send_all(Writer().u32(kMagic).u32(kVersion).str("fuzz").frame());
-    char reply[5];
-    read_exactly(fd_, reply, sizeof(reply));  // length 1, Status::ok
-    FUZZ_CHECK(reply[4] == 0);
-  }
+  Barrier(int port, bool with_secret) : fd_(connect_client(port)) { handshake(fd_, with_secret); }
   void round_trip() {
     using namespace tandem::store_wire;
-    send_all(Writer().u8(static_cast<uint8_t>(Command::num_keys)).frame());
+    send_all(fd_, Writer().u8(static_cast<uint8_t>(Command::num_keys)).frame());
     char reply[13];  // length 9, Status::ok, i64
     read_exactly(fd_, reply, sizeof(reply));
     FUZZ_CHECK(reply[4] == 0);
   }
 
  private:
-  void send_all(const std::string& bytes) {
-    FUZZ_CHECK(send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
-  }
   int fd_;
 };
 
@@ -108,8 +144,10 @@ class Barrier {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const int fd = connect_client(server().port());
-  const size_t chunk = data[0] == 0 ? size : data[0];
+  const bool with_secret = (data[0] & kAuthenticated) != 0;
+  const int fd = connect_client(server(with_secret).port());
+  if (with_secret && (data[0] & kHandshakeFirst)) handshake(fd, true);
+  const size_t chunk = (data[0] & 0x3f) == 0 ? size : (data[0] & 0x3f);
   const uint8_t* p = data + 1;
   size_t left = size - 1;
   const auto deadline = std::chrono::steady_clock::now() + kCloseDeadline;
@@ -118,7 +156,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (;;) {
     // Write while there is input (replies are read meanwhile, so neither side's buffers fill).
     if (left == 0 && !half_closed) {
-      static Barrier barrier(server().port());
+      static Barrier open_barrier(server(false).port(), false);
+      static Barrier secret_barrier(server(true).port(), true);
+      Barrier& barrier = with_secret ? secret_barrier : open_barrier;
       barrier.round_trip();
       barrier.round_trip();
       shutdown(fd, SHUT_WR);

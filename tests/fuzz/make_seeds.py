@@ -29,7 +29,8 @@ def put(target, name, data):
         f.write(data)
 
 
-# ---- store_server: byte 0 = chunk size (0: all at once), then frames (store_protocol.h) --
+# ---- store_server: byte 0 = chunk size (bits 0-5, 0: all at once), 0x80 the server with a job
+# secret, 0x40 (with 0x80) the harness passes the handshake first; then frames (store_protocol.h) --
 def protocol_version():
     """kVersion of collectives/store_protocol.h: the seeds speak the version the server does."""
     header = os.path.join(HERE, "..", "..", "collectives", "store_protocol.h")
@@ -59,8 +60,11 @@ def frame(body):
     return u32(len(body)) + body
 
 
-def hello(job="fuzz", version=VERSION, magic=MAGIC):
-    return frame(u32(magic) + u32(version) + s(job))
+def hello(job="fuzz", version=VERSION, magic=MAGIC, nonce=b"n" * 32):
+    return frame(u32(magic) + u32(version) + s(job) + s(nonce))
+
+
+AUTHENTICATED, HANDSHAKE_FIRST = 0x80, 0x40
 
 
 def store_seeds():
@@ -95,12 +99,23 @@ def store_seeds():
         "unknown_command": h + frame(bytes([99])),
         "trailing_field": h + frame(bytes([NUM_KEYS]) + b"x"),
         "no_hello": frame(bytes([SET]) + s("k") + s("v")),
+        "hello_v2": frame(u32(MAGIC) + u32(2) + s("fuzz")),
+        "hello_short_nonce": hello(nonce=b"short"),
     }
     for name, data in seeds.items():
         put("store_server", name, b"\x00" + data)
     # The same streams cut into small pieces: frames split across reads.
     for name, chunk in [("every_command", 1), ("set_get", 3), ("wait_parked_then_more", 7)]:
         put("store_server", f"{name}_chunk{chunk}", bytes([chunk]) + seeds[name])
+    # The server with a job secret: a hello and a proof the fuzzer cannot get right, or
+    # a proof of the wrong length, or none; and requests after the harness's own handshake.
+    put("store_server", "auth_wrong_proof", bytes([AUTHENTICATED]) + hello() + frame(s(b"w" * 32)))
+    put("store_server", "auth_no_proof", bytes([AUTHENTICATED]) + hello() + frame(s(b"")))
+    put("store_server", "auth_long_proof", bytes([AUTHENTICATED]) + hello() + frame(s(b"w" * 33)))
+    put("store_server", "auth_requests_before_proof", bytes([AUTHENTICATED]) + hello() + frame(bytes([NUM_KEYS])))
+    put("store_server", "auth_then_every_command", bytes([AUTHENTICATED | HANDSHAKE_FIRST]) + seeds["every_command"][len(h):])
+    put("store_server", "auth_then_every_command_chunk1",
+        bytes([AUTHENTICATED | HANDSHAKE_FIRST | 1]) + seeds["every_command"][len(h):])
 
 
 # ---- idx: magic 00 00 08 NDIMS, big-endian u32 sizes, then the bytes -----------------------

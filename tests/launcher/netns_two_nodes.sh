@@ -6,6 +6,10 @@
 #   3. the same all-reduce under mpirun, node 1 entered by a launch agent instead of ssh;
 #   4. the job's MASTER_PORT (not tandemrun's store) is free on node 0: rank 0 serves it,
 #      and the ranks of node 1 reach it at 10.77.0.1 while Tandem's store works.
+#   5. with the same --job-secret-file on both nodes: the all-reduce, and no warning
+#      (case 1, without one, warns on each node that the store lets anyone in);
+#   6. with different secrets: node 1 is refused with a message saying so, node 0 logs
+#      the refusal with node 1's address, and both exit 1.
 # Usage: netns_two_nodes.sh BIN_DIR WORKER. Skips (exit 0, "SKIP: ...") without netns.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/netns_lib.sh"
@@ -17,15 +21,19 @@ fail() { echo "FAIL: $*"; FAILED=1; }
 
 netns_setup
 
-# tandemrun on both nodes; node N's output in $NETNS_TMP/<tag>.N, exit code in .rc.N
+# tandemrun on both nodes; node N's output in $NETNS_TMP/<tag>.N, exit code in .rc.N;
+# FLAGS0 / FLAGS1 (arrays) add flags for node 0 / node 1; RDZV: --rdzv-timeout-s (default 60).
+FLAGS0=()
+FLAGS1=()
 two_tandemruns() {
   local tag="$1"
   shift
   local port
   port="$(free_port_in 0)"
   for n in 0 1; do
+    local -n extra="FLAGS$n"
     (in_ns "$n" timeout 120 "$TANDEMRUN" --nnodes 2 --node-rank "$n" --nproc-per-node 2 \
-      --master-addr "$ADDR0" --master-port "$port" --rdzv-timeout-s 60 --grace-s 1 -- "$@" \
+      --master-addr "$ADDR0" --master-port "$port" --rdzv-timeout-s "${RDZV:-60}" --grace-s 1 "${extra[@]}" -- "$@" \
       >"$NETNS_TMP/$tag.$n" 2>&1
      echo $? >"$NETNS_TMP/$tag.rc.$n") &
   done
@@ -41,6 +49,10 @@ for n in 0 1; do
     grep -qF "[$n:$r] allreduce ok sum=10 world=4 rank=$r backend=gloo" "$NETNS_TMP/allreduce.$n" ||
       fail "allreduce: rank $r did not report the exact sum"
   done
+done
+for n in 0 1; do
+  grep -q "no job secret (--job-secret-file or TANDEM_JOB_SECRET_FILE)" "$NETNS_TMP/allreduce.$n" ||
+    fail "allreduce: node $n did not warn that the job has no secret"
 done
 [ "$FAILED" = 0 ] && echo "ok: 2 nodes x 2 processes all-reduce across namespaces"
 
@@ -89,6 +101,40 @@ done
 grep -qE '^\[0:0\] master port [0-9]+ served ranks 1,2,3$' "$NETNS_TMP/master.0" ||
   { fail "master port: rank 0 did not serve ranks 1, 2 and 3"; cat "$NETNS_TMP/master.0"; }
 [ "$FAILED" = 0 ] && echo "ok: rank 0 served MASTER_PORT to both nodes' ranks"
+
+
+# 5. the same secret file on both nodes: authenticated, and no warning
+umask 077
+printf 'a-secret-both-nodes-share-0123456789\n' >"$NETNS_TMP/secret.a"
+printf 'another-secret-node-1-was-given-9876\n' >"$NETNS_TMP/secret.b"
+FLAGS0=(--job-secret-file "$NETNS_TMP/secret.a")
+FLAGS1=(--job-secret-file "$NETNS_TMP/secret.a")
+two_tandemruns secret "$WORKER" --mode allreduce
+for n in 0 1; do
+  rc="$(cat "$NETNS_TMP/secret.rc.$n")"
+  [ "$rc" = 0 ] || { fail "secret: node $n exited $rc"; cat "$NETNS_TMP/secret.$n"; }
+  grep -q "no job secret" "$NETNS_TMP/secret.$n" && fail "secret: node $n warned of no secret though it had one"
+  for r in $((2 * n)) $((2 * n + 1)); do
+    grep -qF "[$n:$r] allreduce ok sum=10 world=4 rank=$r backend=gloo" "$NETNS_TMP/secret.$n" ||
+      fail "secret: rank $r did not report the exact sum"
+  done
+done
+[ "$FAILED" = 0 ] && echo "ok: 2 nodes with one --job-secret-file all-reduce, no warning"
+
+# 6. different secrets: node 1 is refused, node 0 logs it with node 1's address
+RDZV=5
+FLAGS0=(--job-secret-file "$NETNS_TMP/secret.a")
+FLAGS1=(--job-secret-file "$NETNS_TMP/secret.b")
+two_tandemruns mismatch "$WORKER" --mode allreduce
+for n in 0 1; do
+  rc="$(cat "$NETNS_TMP/mismatch.rc.$n")"
+  [ "$rc" = 1 ] || { fail "mismatch: node $n exited $rc, expected 1"; cat "$NETNS_TMP/mismatch.$n"; }
+done
+grep -q "the store could not prove it knows the job secret" "$NETNS_TMP/mismatch.1" ||
+  { fail "mismatch: node 1 did not say the secrets differ"; cat "$NETNS_TMP/mismatch.1"; }
+grep -qF "refused connection from $ADDR1:" "$NETNS_TMP/mismatch.0" ||
+  { fail "mismatch: node 0 did not log the refusal with node 1's address"; cat "$NETNS_TMP/mismatch.0"; }
+[ "$FAILED" = 0 ] && echo "ok: a node with another secret is refused, and node 0 names its address"
 
 if [ "$FAILED" != 0 ]; then echo "SOME CHECKS FAILED"; exit 1; fi
 echo "all checks passed"

@@ -170,7 +170,25 @@ def test_usage():
     p = subprocess.run([TANDEMRUN, "--master-port", "0", "--", "no-such-program-xyz"], capture_output=True, text=True)
     check(p.returncode == 2 and "no-such-program-xyz" in p.stderr, f"unknown program: {p.returncode} {p.stderr}")
     p = subprocess.run([TANDEMRUN, "--help"], capture_output=True, text=True)
-    check(p.returncode == 0 and "--rdzv-timeout-s" in p.stdout, "--help")
+    check(p.returncode == 0 and "--rdzv-timeout-s" in p.stdout and "--job-secret-file" in p.stdout, "--help")
+    # A job secret file that is missing, empty, too short or of two lines: exit 2, named.
+    with tempfile.TemporaryDirectory() as d:
+        cases = [("absent", None, "cannot open the job secret file: No such file or directory"),
+                 ("empty", "", "not a usable job secret: it is empty"),
+                 ("short", "abc\n", "shorter than the 16 bytes a secret needs"),
+                 ("two", "0123456789abcdef\nmore\n", "contains a NUL, CR or LF byte")]
+        for name, text, needle in cases:
+            path = os.path.join(d, name)
+            if text is not None:
+                with open(path, "w") as f:
+                    f.write(text)
+            for how in ("flag", "env"):
+                flags = ["--job-secret-file", path] if how == "flag" else []
+                env = dict(os.environ, TANDEM_JOB_SECRET_FILE=path) if how == "env" else None
+                p = subprocess.run([TANDEMRUN, "--master-port", "0"] + flags + ["--", WORKER], capture_output=True,
+                                   text=True, env=env)
+                check(p.returncode == 2 and needle in p.stderr and path in p.stderr,
+                      f"secret file {name} ({how}): exit {p.returncode}: {p.stderr}")
 
 
 def test_gpu_count():
@@ -201,7 +219,7 @@ def env_of(r, node, rank):
 
 
 def expected_env(rank, local_rank, node, nproc, nnodes, store_port, master_port, job, max_restarts=0, attempt=0,
-                 addr="127.0.0.1", omp=None, openblas=None):
+                 addr="127.0.0.1", omp=None, openblas=None, secret_fd="<unset>"):
     """Every variable tandemrun sets, as it must set it (docs/reference.md)."""
     cores = len(os.sched_getaffinity(0))
     world = nproc * nnodes
@@ -209,6 +227,7 @@ def expected_env(rank, local_rank, node, nproc, nnodes, store_port, master_port,
             "LOCAL_WORLD_SIZE": str(nproc), "NODE_RANK": str(node), "MASTER_ADDR": addr,
             "MASTER_PORT": str(master_port), "TANDEM_STORE_ADDR": addr, "TANDEM_STORE_PORT": str(store_port),
             "TANDEM_RESTART_COUNT": str(attempt), "TANDEM_JOB_ID": job, "TANDEM_STORE_HOSTED": "1",
+            "TANDEM_JOB_SECRET_FD": secret_fd,
             "GROUP_RANK": str(node), "GROUP_WORLD_SIZE": str(nnodes), "ROLE_RANK": str(rank),
             "ROLE_WORLD_SIZE": str(world), "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": str(attempt),
             "TORCHELASTIC_MAX_RESTARTS": str(max_restarts), "TORCHELASTIC_RUN_ID": job,
@@ -235,7 +254,10 @@ def test_env():
         check(master != port, f"MASTER_PORT {master} is tandemrun's store port", r)
         for rank in range(nproc):
             got = env_of(r, 0, rank)
-            want = expected_env(rank, rank, 0, nproc, 1, port, master, f"env-{nproc}")
+            # The secret a one-node job generates comes in a descriptor, never in the environment.
+            fd = got.get("TANDEM_JOB_SECRET_FD", "")
+            check(fd.isdigit(), f"rank {rank}: TANDEM_JOB_SECRET_FD={fd!r}", r)
+            want = expected_env(rank, rank, 0, nproc, 1, port, master, f"env-{nproc}", secret_fd=fd)
             check(got == want, f"--nproc-per-node {nproc}, rank {rank}:\n got  {got}\n want {want}", r)
     # Thread counts the user chose are kept; the job id follows --job-id.
     env = dict(os.environ, OMP_NUM_THREADS="7")
@@ -334,6 +356,9 @@ def test_output():
             with open(os.path.join(logs, "attempt0", f"rank{rank}.stderr")) as f:
                 check(f.read() == "".join(f"rank {rank} err {i} {payload}\n" for i in range(n)),
                       f"log file rank{rank}.stderr differs from what the rank wrote")
+            for kind in ("stdout", "stderr"):
+                mode = os.stat(os.path.join(logs, "attempt0", f"rank{rank}.{kind}")).st_mode & 0o777
+                check(mode == 0o600, f"log file rank{rank}.{kind} has mode {mode:o}, not 600")
 
 
 def test_rank_filter():

@@ -212,7 +212,7 @@ int run_mode(const std::string& mode, int rank) {
                           "TANDEM_JOB_ID", "TANDEM_STORE_HOSTED", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
                           "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                           "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS",
-                          "OPENBLAS_NUM_THREADS"}) {
+                          "OPENBLAS_NUM_THREADS", "TANDEM_JOB_SECRET_FD"}) {
       const char* value = std::getenv(v);
       say(stdout, std::string("ENV ") + v + "=" + (value ? value : "<unset>"));
     }
