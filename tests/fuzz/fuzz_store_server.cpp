@@ -69,7 +69,12 @@ tandem::StoreServer& server(bool with_secret) {
 }
 
 void send_all(int fd, const std::string& bytes) {
-  FUZZ_CHECK(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  size_t sent = 0;
+  while (sent < bytes.size()) {  // a signal may cut a send short, or interrupt it
+    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    FUZZ_CHECK(n > 0 || (n < 0 && errno == EINTR));
+    if (n > 0) sent += static_cast<size_t>(n);
+  }
 }
 
 // One reply frame's body (status byte first).
@@ -110,7 +115,18 @@ int connect_client(int port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  if (rc != 0 && errno == EINTR) {
+    // A signal (libFuzzer's -timeout alarm) interrupted it: the connection goes on in the
+    // background, so wait until it is writable and read how it ended (a CI run aborted here).
+    pollfd pfd{fd, POLLOUT, 0};
+    while ((rc = poll(&pfd, 1, -1)) < 0 && errno == EINTR) {
+    }
+    int error = 0;
+    socklen_t len = sizeof(error);
+    if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0) rc = error == 0 ? 0 : -1;
+    if (error != 0) errno = error;
+  }
   // Which failure it is (client ports used up, or the server gone) decides the fix.
   if (rc != 0) std::fprintf(stderr, "fuzz_store_server: connect to port %d: %s\n", port, std::strerror(errno));
   FUZZ_CHECK(rc == 0);
