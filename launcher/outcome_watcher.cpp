@@ -13,7 +13,7 @@ namespace tandem::launcher {
 namespace {
 // The blocking get is cut into slices so the destructor's stop request is seen
 // within one slice even if the key never appears.
-constexpr std::chrono::milliseconds kSlice{1000};
+constexpr std::chrono::milliseconds kGetSlice{1000};
 }  // namespace
 
 OutcomeWatcher::OutcomeWatcher(std::shared_ptr<Store> store, std::string key)
@@ -38,7 +38,7 @@ void OutcomeWatcher::run() {
   Result r;
   while (!stop_) {
     try {
-      r.outcome = store_->get(key_, kSlice);
+      r.outcome = store_->get(key_, kGetSlice);
       break;
     } catch (const StoreTimeout&) {
       continue;
