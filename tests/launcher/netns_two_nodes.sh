@@ -40,16 +40,29 @@ two_tandemruns() {
   wait
 }
 
+# expect_exits RUN CODE WHAT: both nodes of two_tandemruns RUN exited CODE.
+expect_exits() {
+  local n rc
+  for n in 0 1; do
+    rc="$(cat "$NETNS_TMP/$1.rc.$n")"
+    [ "$rc" = "$2" ] || { fail "$3: node $n exited $rc, expected $2"; cat "$NETNS_TMP/$1.$n"; }
+  done
+}
+# expect_allreduce RUN WHAT: both nodes of RUN exited 0 and every rank printed the exact sum.
+expect_allreduce() {
+  expect_exits "$1" 0 "$2"
+  local n r
+  for n in 0 1; do
+    for r in $((2 * n)) $((2 * n + 1)); do
+      grep -qF "[$n:$r] allreduce ok sum=10 world=4 rank=$r backend=gloo" "$NETNS_TMP/$1.$n" ||
+        fail "$2: rank $r did not report the exact sum"
+    done
+  done
+}
+
 # 1. all-reduce through tandemrun
 two_tandemruns allreduce "$WORKER" --mode allreduce
-for n in 0 1; do
-  rc="$(cat "$NETNS_TMP/allreduce.rc.$n")"
-  [ "$rc" = 0 ] || { fail "allreduce: node $n exited $rc"; cat "$NETNS_TMP/allreduce.$n"; }
-  for r in $((2 * n)) $((2 * n + 1)); do
-    grep -qF "[$n:$r] allreduce ok sum=10 world=4 rank=$r backend=gloo" "$NETNS_TMP/allreduce.$n" ||
-      fail "allreduce: rank $r did not report the exact sum"
-  done
-done
+expect_allreduce allreduce allreduce
 for n in 0 1; do
   grep -q "no job secret (--job-secret-file or TANDEM_JOB_SECRET_FILE)" "$NETNS_TMP/allreduce.$n" ||
     fail "allreduce: node $n did not warn that the job has no secret"
@@ -94,14 +107,10 @@ fi
 
 # 4. rank 0 serves MASTER_PORT across the namespaces; every rank saw the same one
 two_tandemruns master "$WORKER" --mode serve-master-port
-for n in 0 1; do
-  rc="$(cat "$NETNS_TMP/master.rc.$n")"
-  [ "$rc" = 0 ] || { fail "master port: node $n exited $rc"; cat "$NETNS_TMP/master.$n"; }
-done
+expect_exits master 0 "master port"
 grep -qE '^\[0:0\] master port [0-9]+ served ranks 1,2,3$' "$NETNS_TMP/master.0" ||
   { fail "master port: rank 0 did not serve ranks 1, 2 and 3"; cat "$NETNS_TMP/master.0"; }
 [ "$FAILED" = 0 ] && echo "ok: rank 0 served MASTER_PORT to both nodes' ranks"
-
 
 # 5. the same secret file on both nodes: authenticated, and no warning
 umask 077
@@ -110,14 +119,9 @@ printf 'another-secret-node-1-was-given-9876\n' >"$NETNS_TMP/secret.b"
 FLAGS0=(--job-secret-file "$NETNS_TMP/secret.a")
 FLAGS1=(--job-secret-file "$NETNS_TMP/secret.a")
 two_tandemruns secret "$WORKER" --mode allreduce
+expect_allreduce secret secret
 for n in 0 1; do
-  rc="$(cat "$NETNS_TMP/secret.rc.$n")"
-  [ "$rc" = 0 ] || { fail "secret: node $n exited $rc"; cat "$NETNS_TMP/secret.$n"; }
   grep -q "no job secret" "$NETNS_TMP/secret.$n" && fail "secret: node $n warned of no secret though it had one"
-  for r in $((2 * n)) $((2 * n + 1)); do
-    grep -qF "[$n:$r] allreduce ok sum=10 world=4 rank=$r backend=gloo" "$NETNS_TMP/secret.$n" ||
-      fail "secret: rank $r did not report the exact sum"
-  done
 done
 [ "$FAILED" = 0 ] && echo "ok: 2 nodes with one --job-secret-file all-reduce, no warning"
 
@@ -126,10 +130,7 @@ RDZV=5
 FLAGS0=(--job-secret-file "$NETNS_TMP/secret.a")
 FLAGS1=(--job-secret-file "$NETNS_TMP/secret.b")
 two_tandemruns mismatch "$WORKER" --mode allreduce
-for n in 0 1; do
-  rc="$(cat "$NETNS_TMP/mismatch.rc.$n")"
-  [ "$rc" = 1 ] || { fail "mismatch: node $n exited $rc, expected 1"; cat "$NETNS_TMP/mismatch.$n"; }
-done
+expect_exits mismatch 1 mismatch
 grep -q "the store could not prove it knows the job secret" "$NETNS_TMP/mismatch.1" ||
   { fail "mismatch: node 1 did not say the secrets differ"; cat "$NETNS_TMP/mismatch.1"; }
 grep -qF "refused connection from $ADDR1:" "$NETNS_TMP/mismatch.0" ||
