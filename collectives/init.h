@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tandem/collectives/process_group.h"
 
@@ -62,9 +63,14 @@ struct LaunchEnv {
   int local_rank = 0;
   int local_world_size = -1;  // LOCAL_WORLD_SIZE (tandemrun); -1: not given
   int node_rank = -1;         // NODE_RANK (tandemrun); -1: not given
+  int node_count = -1;        // nodes of the job (under srun); -1: not known
   bool under_mpirun = false;
+  bool under_slurm = false;   // started by srun, read from SLURM_* (collectives/slurm_env.h)
   std::string master_addr;  // the store's: TANDEM_STORE_ADDR, else MASTER_ADDR; empty: none given
   int master_port = -1;
+  // Under srun without a named port: the ports rank 0 tries in turn, and the other ranks
+  // with it (master_port is the first). Empty: master_port alone.
+  std::vector<int> port_candidates;
   std::string job_id = "tandem";
   bool store_hosted = false;  // TANDEM_STORE_HOSTED=1: the launcher hosts the store
   int restart_count = 0;      // TANDEM_RESTART_COUNT: keeps restarts' keys apart
@@ -75,6 +81,8 @@ struct LaunchEnv {
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+// The lookup of this process's environment (getenv).
+EnvLookup process_environment();
 // Parses the variables above; throws std::invalid_argument naming the variable that
 // is missing or invalid. The lookup defaults to the process environment.
 LaunchEnv read_launch_env(const EnvLookup& lookup = {});
