@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <sstream>
 
@@ -14,6 +15,7 @@
 #include "collectives/init.h"
 #include "collectives/slurm_env.h"
 #include "collectives/slurm_hostlist.h"
+#include "collectives/store.h"
 
 namespace tandem {
 namespace {
@@ -336,6 +338,37 @@ TEST(Env, SrunAutoBackend) {
   }
   EXPECT_EQ(backend_reason(Backend::automatic, DeviceKind::cuda, two),
             "auto: 4 ranks under Slurm, 2 nodes, 2 on this node, CUDA tensors");
+}
+
+// The derived port is taken by another job's store: rank 0 hosts on the next candidate,
+// and rank 1, trying the same sequence, is refused by the other job's store and finds
+// rank 0's. Two threads of this process stand in for the two tasks (gloo, loopback).
+TEST(Env, SrunPortTakenByAnotherJob) {
+  if (!backend_built(Backend::gloo)) GTEST_SKIP() << "needs the gloo backend";
+  const uint64_t job = 900000 + static_cast<uint64_t>(getpid()) % 99999;
+  const std::vector<int> ports = slurm::slurm_ports(job, 0);
+  std::unique_ptr<StoreServer> other;
+  try {
+    other = std::make_unique<StoreServer>(StoreServerOptions{"0.0.0.0", ports[0], "slurm-1.0"});
+  } catch (const StoreError& e) {
+    GTEST_SKIP() << "port " << ports[0] << " is taken already: " << e.what();
+  }
+  const auto task = [&](int rank) {
+    auto vars = with(srun_env(rank, 1, 2), {{"SLURM_JOB_ID", std::to_string(job)}, {"SLURM_STEP_ID", "0"},
+                                            {"SLURM_STEP_NODELIST", "localhost"}, {"SLURM_NNODES", "1"}});
+    InitOptions o;
+    o.backend = Backend::gloo;
+    o.timeout = o.rendezvous_timeout = std::chrono::seconds(60);
+    auto group = init_process_group(o, read_launch_env(env_of(vars)));
+    std::vector<float> x = {static_cast<float>(rank + 1)};
+    group->allreduce(cpu_buffer(x.data(), 1))->wait();
+    return x[0];
+  };
+  auto r0 = std::async(std::launch::async, task, 0);
+  auto r1 = std::async(std::launch::async, task, 1);
+  EXPECT_EQ(r0.get(), 3.f);
+  EXPECT_EQ(r1.get(), 3.f);
+  EXPECT_GE(other->dropped_clients(), 1);  // rank 1 knocked and was refused
 }
 
 }  // namespace
