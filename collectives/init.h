@@ -1,7 +1,10 @@
 // init_process_group: builds this process's group from its environment in one call.
 //
 // Rank and world come from RANK / WORLD_SIZE / LOCAL_RANK (tandemrun) or, under
-// mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK. The store is at TANDEM_STORE_ADDR:
+// mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, or, under srun with neither set,
+// SLURM_PROCID / SLURM_NTASKS / ... (collectives/slurm_env.h: there, without a store named
+// below, rank 0 hosts it on the step's first node, on a port derived from the job and
+// step ids, job id slurm-JOB.STEP). The store is at TANDEM_STORE_ADDR:
 // TANDEM_STORE_PORT (tandemrun, which leaves MASTER_PORT to the job's own processes),
 // else at MASTER_ADDR:MASTER_PORT; rank 0 hosts it unless TANDEM_STORE_HOSTED=1 (the
 // launcher does), TANDEM_JOB_ID names the job (a store of another job is refused), and
@@ -40,8 +43,9 @@ bool backend_built(Backend backend);
 
 struct InitOptions {
   // auto: nccl for CUDA; else mpi under mpirun; else shm when every rank is on this node
-  // (LOCAL_WORLD_SIZE == WORLD_SIZE, as tandemrun sets it); else gloo. hier (shm within
-  // each node, gloo between nodes) is only chosen when asked for.
+  // (LOCAL_WORLD_SIZE == WORLD_SIZE, as tandemrun sets it); else, under srun across
+  // nodes, hier (shm within each node, gloo between nodes); else gloo. Outside srun, hier
+  // is only chosen when asked for.
   Backend backend = Backend::automatic;
   DeviceKind device = DeviceKind::cpu;   // cuda: the device index is LOCAL_RANK
   // Every collective wait, and each engine's own timeout.
