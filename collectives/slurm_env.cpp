@@ -68,9 +68,7 @@ std::vector<int> parse_tasks_per_node(const std::string& var, std::string_view t
     const int n = parse_number<int>(var, std::string(text.substr(start, i - start)), 1, kMaxCount);
     int repeat = 1;
     if (i < text.size() && text[i] == '(') {
-      if (text.substr(i, 3) != "(x") {
-        if (i + 1 >= text.size() || text[i + 1] != 'x') throw bad("'(x' was expected at offset " + std::to_string(i));
-      }
+      if (text.substr(i, 2) != "(x") throw bad("'(x' was expected at offset " + std::to_string(i));
       i += 2;
       const size_t r = i;
       while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
@@ -120,7 +118,7 @@ void read_srun_env(const EnvLookup& lookup, LaunchEnv& env) {
     const auto singleton = [&](const std::string& what) {
       return SlurmEnvError("environment variable SLURM_NTASKS=1, but " + what +
                            ": every task would train alone. Start the step with srun --ntasks-per-node=N "
-                           "(or -n N), or run one task on one node (srun -N1 -n1)");
+                           "(or -n N); for one task on purpose, srun -N1 -n1 --ntasks-per-node=1");
     };
     if (ntasks_per_node && *ntasks_per_node > 1) throw singleton(var_is("SLURM_NTASKS_PER_NODE", *ntasks_per_node) + " asks for more per node");
     if (nnodes && *nnodes > 1) throw singleton(var_is(nnodes_var, *nnodes) + " nodes run this step");
