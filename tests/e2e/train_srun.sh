@@ -6,8 +6,9 @@
 # disagree exit 2 naming the variable. No process waits on a sleep: each step's tasks are
 # started together and `wait`ed for.
 source "$(dirname "$0")/lib.sh"
-TRAIN=(--mode ddp --model mlp --data synthetic --synthetic-train 2048 --synthetic-test 256 --hidden 64
-       --max-steps 20 --batch-size 32 --lr 0.05 --threads 1 --no-progress)
+MODEL=(--model mlp --data synthetic --synthetic-train 2048 --synthetic-test 256 --hidden 64 --max-steps 20
+       --batch-size 32 --lr 0.05 --no-progress)
+TRAIN=(--mode ddp "${MODEL[@]}" --threads 1)
 # Nothing of an outer launcher may leak in (ctest under tandemrun, mpirun or srun).
 CLEAN=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK -u MASTER_ADDR -u MASTER_PORT
        -u TANDEM_STORE_ADDR -u TANDEM_STORE_PORT -u TANDEM_STORE_HOSTED -u TANDEM_JOB_ID -u OMPI_COMM_WORLD_RANK
@@ -49,6 +50,15 @@ expect 0 "backend hier (auto: 4 ranks under Slurm, 2 nodes, 2 on this node, CPU 
   step 2 2 "$TMP/srun2x2.json"
 expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/srun2x2.json" --mode ddp --steps 20 \
   --replicas-identical
+
+# Threads: srun -c gives each task its cores; else the node's are shared among --ntasks-per-node.
+threads() {  # threads VAR=VALUE...: the BLAS threads (--threads 0) of a task with these variables
+  "${CLEAN[@]}" -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK "$@" \
+    "$BIN/tandem-train" --mode single "${MODEL[@]}" --max-steps 1 --summary-json "$TMP/threads.json" >/dev/null 2>&1 &&
+    python3 -c 'import json, sys; print("threads %d." % json.load(open(sys.argv[1]))["threads"])' "$TMP/threads.json"
+}
+expect 0 "threads 1." -- threads SLURM_CPUS_PER_TASK=1
+expect 0 "threads $(python3 -c 'import os; print(max(1, os.cpu_count() // 2))')." -- threads SLURM_NTASKS_PER_NODE=2
 
 # Disagreeing settings: exit 2, the variable named, before any rendezvous.
 # one VAR=VALUE... [-- FLAG...]: task 1 of a 2 x 2 step with these changes and extra flags.
