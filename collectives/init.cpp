@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/backends.h"
+#include "collectives/slurm_env.h"
 #include "collectives/store_auth.h"
 
 namespace tandem {
@@ -79,11 +80,15 @@ std::string read_job_secret(const EnvLookup& lookup) {
 
 }  // namespace
 
-LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
-  const EnvLookup lookup = lookup_in ? lookup_in : [](const std::string& name) -> std::optional<std::string> {
+EnvLookup process_environment() {
+  return [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());
     return v ? std::optional<std::string>(v) : std::nullopt;
   };
+}
+
+LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
+  const EnvLookup lookup = lookup_in ? lookup_in : process_environment();
   const auto require = [&](const std::string& name, const std::string& because) {
     auto v = lookup(name);
     if (!v || v->empty()) throw std::invalid_argument("environment variable " + name + " is not set (" + because + ")");
@@ -108,10 +113,16 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
     env.rank = parse_int("OMPI_COMM_WORLD_RANK", *ompi_rank, 0, env.world_size - 1);
     const auto local = lookup("OMPI_COMM_WORLD_LOCAL_RANK");
     env.local_rank = local ? parse_int("OMPI_COMM_WORLD_LOCAL_RANK", *local, 0, kMaxWorld) : env.rank;
+  } else if (slurm::under_srun(lookup)) {
+    slurm::read_srun_env(lookup, env);
   } else {
+    const auto job = lookup("SLURM_JOB_ID");
     throw std::invalid_argument(
         "environment variable RANK is not set: start the processes with tandemrun (which sets RANK, "
-        "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or with mpirun");
+        "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), with mpirun or with srun" +
+        (job && !job->empty() ? " (SLURM_JOB_ID=" + *job + " is set but SLURM_PROCID is not: inside a Slurm "
+                                "allocation, start each task with srun)"
+                              : std::string()));
   }
   if (env.under_mpirun) {
     const int mpi_rank = parse_int("OMPI_COMM_WORLD_RANK", *ompi_rank, 0, kMaxWorld);
@@ -140,6 +151,8 @@ LaunchEnv read_launch_env(const EnvLookup& lookup_in) {
     env.master_port = parse_int(port_var, require(port_var, addr_var + " is set"), 1, 65535);
   } else if (port && !port->empty()) {
     throw std::invalid_argument("environment variable " + addr_var + " is not set (" + port_var + " is)");
+  } else if (env.under_slurm) {
+    slurm::read_srun_store(lookup, env);
   } else if (!env.under_mpirun) {
     require(addr_var, "the host of the rendezvous store, e.g. 127.0.0.1");
   }
@@ -167,11 +180,28 @@ namespace {
 // Every rank on this node: the launcher said so (LOCAL_WORLD_SIZE == WORLD_SIZE).
 bool all_ranks_local(const LaunchEnv& env) { return env.local_world_size == env.world_size; }
 
+// Under srun with several nodes: shm within each node, gloo between them.
+bool slurm_across_nodes(const LaunchEnv& env) { return env.under_slurm && env.node_count > 1 && kGlooBuilt; }
+
+std::string slurm_layout(const LaunchEnv& env) {
+  std::string s = " under Slurm";
+  if (env.node_count > 0) s += ", " + std::to_string(env.node_count) + (env.node_count == 1 ? " node" : " nodes");
+  if (env.local_world_size > 0) s += ", " + std::to_string(env.local_world_size) + " on this node";
+  return s;
+}
+
 }  // namespace
 
 std::string backend_reason(Backend requested, DeviceKind device, const LaunchEnv& env) {
   if (requested != Backend::automatic) return "requested";
   const std::string n = std::to_string(env.world_size) + (env.world_size == 1 ? " rank" : " ranks");
+  if (env.under_slurm && !env.under_mpirun) {
+    const std::string where = "auto: " + n + slurm_layout(env);
+    if (device == DeviceKind::cuda) return where + ", CUDA tensors";
+    if (all_ranks_local(env)) return where + ", all on this node, CPU tensors";
+    if (slurm_across_nodes(env)) return where + ", CPU tensors: shm within each node, gloo between";
+    return where + ", CPU tensors";
+  }
   if (device == DeviceKind::cuda) return "auto: CUDA tensors";
   if (env.under_mpirun && kMpiBuilt) return "auto: " + n + " under mpirun, CPU tensors";
   if (!env.under_mpirun && all_ranks_local(env)) return "auto: " + n + ", all on this node, CPU tensors";
@@ -190,6 +220,8 @@ Backend resolve_backend(Backend requested, DeviceKind device, const LaunchEnv& e
       b = Backend::mpi;
     } else if (!env.under_mpirun && all_ranks_local(env)) {
       b = Backend::shm;
+    } else if (!env.under_mpirun && slurm_across_nodes(env)) {
+      b = Backend::hier;
     } else {
       b = Backend::gloo;
     }
@@ -257,6 +289,79 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   return init_process_group(options, read_launch_env());
 }
 
+namespace {
+
+// Rank 0's store, on the first of `ports` that is free (one port: that one, or the error).
+std::shared_ptr<StoreServer> host_store(const LaunchEnv& env, const std::vector<int>& ports) {
+  std::shared_ptr<StoreServer> server;
+  for (size_t k = 0; k < ports.size() && !server; ++k) {
+    try {
+      server = std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", ports[k], env.job_id, env.job_secret});
+    } catch (const StoreError& e) {
+      if (k + 1 == ports.size()) {
+        throw CollectiveError("rank 0 cannot host the store: " + std::string(e.what()) +
+                              (ports.size() > 1 ? " (and the " + std::to_string(ports.size() - 1) +
+                                                      " candidate ports before it; name a free one with MASTER_PORT)"
+                                                : std::string()));
+      }
+      spdlog::info("store: port {} is taken ({}); trying {}", ports[k], e.what(), ports[k + 1]);
+    }
+  }
+  if (env.job_secret.empty()) {
+    spdlog::warn("rank 0 hosts the store on port {} without a job secret: any process that can reach it and "
+                 "knows the job id can read and rewrite the rendezvous (set TANDEM_JOB_SECRET_FILE; "
+                 "docs/security.md)",
+                 server->port());
+  }
+  return server;
+}
+
+// Connects to the store on one of `ports`. With several (srun's candidates), each is tried
+// in turn for a short while until `timeout`; a store that refuses this job (another job's,
+// which took a candidate port first) is skipped for good.
+std::shared_ptr<Store> connect_store(const LaunchEnv& env, const std::vector<int>& ports,
+                                     std::chrono::milliseconds timeout) {
+  TcpStoreOptions so;
+  so.host = env.master_addr;
+  so.job_id = env.job_id;
+  so.secret = env.job_secret;
+  if (ports.size() == 1) {
+    so.port = ports.front();
+    so.connect_timeout = timeout;
+    return std::make_shared<TcpStore>(so);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> refusals(ports.size());
+  for (;;) {
+    bool any = false;
+    for (size_t k = 0; k < ports.size(); ++k) {
+      if (!refusals[k].empty()) continue;
+      any = true;
+      so.port = ports[k];
+      so.connect_timeout = std::chrono::milliseconds(200);  // a turn, not a deadline: the loop has that
+      try {
+        return std::make_shared<TcpStore>(so);
+      } catch (const StoreUnreachable&) {
+        // not listening yet: rank 0 may still be starting, or took a later candidate
+      } catch (const StoreError& e) {
+        refusals[k] = e.what();
+      }
+    }
+    std::string refused;
+    for (size_t k = 0; k < ports.size(); ++k) {
+      if (!refusals[k].empty()) refused += "; port " + std::to_string(ports[k]) + ": " + refusals[k];
+    }
+    if (!any || std::chrono::steady_clock::now() >= deadline) {
+      std::string list;
+      for (int p : ports) list += (list.empty() ? "" : ", ") + std::to_string(p);
+      throw StoreUnreachable("no store of job " + env.job_id + " on " + env.master_addr + " at ports " + list +
+                             " within " + std::to_string(timeout.count()) + " ms" + refused);
+    }
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, const LaunchEnv& env) {
   const Backend backend = resolve_backend(options.backend, options.device, env);
   BackendArgs args;
@@ -271,25 +376,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, con
   args.group_name = options.group_name;
   args.check_ops = options.check_ops && env.collective_checks;
   if (!env.master_addr.empty()) {
-    if (env.rank == 0 && !env.store_hosted) {
-      args.server =
-          std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", env.master_port, env.job_id, env.job_secret});
-      if (env.job_secret.empty()) {
-        spdlog::warn("rank 0 hosts the store on port {} without a job secret: any process that can reach it and "
-                     "knows the job id can read and rewrite the rendezvous (set TANDEM_JOB_SECRET_FILE; "
-                     "docs/security.md)",
-                     env.master_port);
-      }
-    }
-    TcpStoreOptions so;
-    so.host = env.master_addr;
-    so.port = env.master_port;
-    so.job_id = env.job_id;
-    so.secret = env.job_secret;
-    so.connect_timeout = options.rendezvous_timeout;
+    const std::vector<int> ports = env.port_candidates.empty() ? std::vector<int>{env.master_port} : env.port_candidates;
+    if (env.rank == 0 && !env.store_hosted) args.server = host_store(env, ports);
     std::shared_ptr<Store> base;
     try {
-      base = std::make_shared<TcpStore>(so);
+      base = args.server ? connect_store(env, {args.server->port()}, options.rendezvous_timeout)
+                         : connect_store(env, ports, options.rendezvous_timeout);
     } catch (const StoreError& e) {
       const std::string host = env.store_hosted ? "the launcher" : "rank 0";
       throw CollectiveError("rendezvous failed on rank " + std::to_string(env.rank) + ": " + e.what() +

@@ -1,7 +1,10 @@
 // init_process_group: builds this process's group from its environment in one call.
 //
 // Rank and world come from RANK / WORLD_SIZE / LOCAL_RANK (tandemrun) or, under
-// mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK. The store is at TANDEM_STORE_ADDR:
+// mpirun, OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, or, under srun with neither set,
+// SLURM_PROCID / SLURM_NTASKS / ... (collectives/slurm_env.h: there, without a store named
+// below, rank 0 hosts it on the step's first node, on a port derived from the job and
+// step ids, job id slurm-JOB.STEP). The store is at TANDEM_STORE_ADDR:
 // TANDEM_STORE_PORT (tandemrun, which leaves MASTER_PORT to the job's own processes),
 // else at MASTER_ADDR:MASTER_PORT; rank 0 hosts it unless TANDEM_STORE_HOSTED=1 (the
 // launcher does), TANDEM_JOB_ID names the job (a store of another job is refused), and
@@ -25,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tandem/collectives/process_group.h"
 
@@ -39,8 +43,9 @@ bool backend_built(Backend backend);
 
 struct InitOptions {
   // auto: nccl for CUDA; else mpi under mpirun; else shm when every rank is on this node
-  // (LOCAL_WORLD_SIZE == WORLD_SIZE, as tandemrun sets it); else gloo. hier (shm within
-  // each node, gloo between nodes) is only chosen when asked for.
+  // (LOCAL_WORLD_SIZE == WORLD_SIZE, as tandemrun sets it); else, under srun across
+  // nodes, hier (shm within each node, gloo between nodes); else gloo. Outside srun, hier
+  // is only chosen when asked for.
   Backend backend = Backend::automatic;
   DeviceKind device = DeviceKind::cpu;   // cuda: the device index is LOCAL_RANK
   // Every collective wait, and each engine's own timeout.
@@ -62,9 +67,14 @@ struct LaunchEnv {
   int local_rank = 0;
   int local_world_size = -1;  // LOCAL_WORLD_SIZE (tandemrun); -1: not given
   int node_rank = -1;         // NODE_RANK (tandemrun); -1: not given
+  int node_count = -1;        // nodes of the job (under srun); -1: not known
   bool under_mpirun = false;
+  bool under_slurm = false;   // started by srun, read from SLURM_* (collectives/slurm_env.h)
   std::string master_addr;  // the store's: TANDEM_STORE_ADDR, else MASTER_ADDR; empty: none given
   int master_port = -1;
+  // Under srun without a named port: the ports rank 0 tries in turn, and the other ranks
+  // with it (master_port is the first). Empty: master_port alone.
+  std::vector<int> port_candidates;
   std::string job_id = "tandem";
   bool store_hosted = false;  // TANDEM_STORE_HOSTED=1: the launcher hosts the store
   int restart_count = 0;      // TANDEM_RESTART_COUNT: keeps restarts' keys apart
@@ -75,6 +85,8 @@ struct LaunchEnv {
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+// The lookup of this process's environment (getenv).
+EnvLookup process_environment();
 // Parses the variables above; throws std::invalid_argument naming the variable that
 // is missing or invalid. The lookup defaults to the process environment.
 LaunchEnv read_launch_env(const EnvLookup& lookup = {});

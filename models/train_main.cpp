@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "collectives/slurm_env.h"
 #include "models/console_log.h"
 #include "models/train_config.h"
 #include "models/trainer.h"
@@ -24,6 +25,9 @@ int main(int argc, char** argv) {
   try {
     tandem::run_training(*config);
   } catch (const tandem::UsageError& e) {
+    spdlog::error("tandem-train: usage error: {}", e.what());
+    return 2;
+  } catch (const tandem::slurm::SlurmEnvError& e) {  // srun's settings disagree: a usage error
     spdlog::error("tandem-train: usage error: {}", e.what());
     return 2;
   } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 
 #include "models/generate.h"
 #include "models/gpt.h"
+#include "collectives/slurm_env.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/allocator.h"
 #include "runtime/cpu/bf16_gemm.h"
@@ -73,6 +74,12 @@ TrainData load_train_data(const TrainConfig& c) {
 
 Device resolve_device(const TrainConfig& c) {
   if (c.device == DeviceKind::cpu) return Device::cpu();
+  // Under srun, Slurm's GPU counts are checked against the tasks on this node before
+  // CUDA is asked anything (a shortfall is a usage error, exit 2; collectives/slurm_env.h).
+  std::optional<LaunchEnv> launch;
+  if (c.mode == Mode::ddp) launch = read_launch_env();
+  int slurm_index = -1;
+  if (launch && launch->under_slurm) slurm_index = slurm::gpu_index(process_environment(), *launch);
   const int visible = cuda_device_count();
   if (visible == 0) {
     // Why, where the process cannot use CUDA at all: a build without it, or a CUDA build
@@ -83,7 +90,7 @@ Device resolve_device(const TrainConfig& c) {
   }
   int index = 0;
   if (c.mode == Mode::ddp) {
-    index = read_launch_env().local_rank;
+    index = slurm_index >= 0 ? slurm_index : launch->local_rank;
     // Host-staged backends (mpi, gloo, shm, hier) let several ranks share a GPU: wrap around. NCCL
     // needs one GPU per rank, so a LOCAL_RANK past the visible count is an error below.
     if (host_staged_backend(c)) index %= visible;

@@ -33,14 +33,15 @@ Mode parse_mode(std::string_view name) {
 
 int default_cpu_threads(int requested) {
   if (requested > 0) return requested;
-  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
+  // SLURM_CPUS_PER_TASK: srun -c N gave this task N cores.
+  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"}) {
     if (const char* v = std::getenv(var)) {
       const int n = std::atoi(v);
       if (n > 0) return n;
     }
   }
   int local = 1;
-  for (const char* var : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+  for (const char* var : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
     if (const char* v = std::getenv(var)) {
       local = std::max(1, std::atoi(v));
       break;

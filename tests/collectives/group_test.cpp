@@ -12,6 +12,7 @@
 #include "collectives/comm_thread.h"
 #include "collectives/init.h"
 #include "collectives/reduce_kernels.h"
+#include "tests/collectives/fake_env.h"
 
 namespace tandem {
 namespace {
@@ -60,13 +61,6 @@ TEST(Reduce, HalfSumsGoThroughFloat) {
   divide_elements(DType::i64, p, 2, 2);
   EXPECT_EQ(p[0], 3);
   EXPECT_EQ(p[1], -3);
-}
-
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
 }
 
 std::string env_error(std::map<std::string, std::string> vars) {

@@ -220,6 +220,17 @@ def flag_seeds():
         put("train_flags", name, "\n".join(args))
 
 
+# ---- slurm_hostlist: the text of SLURM_STEP_NODELIST (or SLURM_STEP_TASKS_PER_NODE): every
+# expression of tests/data/slurm_hostlists.txt (scontrol's oracle), and a few task counts ----
+def slurm_hostlist_seeds():
+    oracle = os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "data", "slurm_hostlists.txt")
+    with open(oracle) as f:
+        for i, line in enumerate(f):
+            put("slurm_hostlist", f"oracle-{i:02d}", line.split("\t")[0])
+    for i, counts in enumerate(["4", "2(x3),1", "1,3(x2)", "2(x", "0"]):
+        put("slurm_hostlist", f"tasks-{i}", counts)
+
+
 def checkpoint_seeds(dirs):
     for i, d in enumerate(dirs):
         for f in sorted(os.listdir(d)):
@@ -239,6 +250,7 @@ def main():
     safetensors_seeds()
     text_seeds()
     flag_seeds()
+    slurm_hostlist_seeds()
     os.makedirs(os.path.join(CORPUS, "checkpoint_meta"), exist_ok=True)
     checkpoint_seeds(a.checkpoint)
 
