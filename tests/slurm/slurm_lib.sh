@@ -23,13 +23,35 @@ source "$HERE/../launcher/netns_lib.sh"
 SLURM_DIR="$NETNS_TMP/slurm"
 SLURM_PIDS=()
 
+# The processes of this cluster that outlived their daemons: slurmd hands each step to a
+# slurmstepd that is not its child, and every process of a job inherits this cluster's own
+# SLURM_CONF (a path in this test's temporary directory), so that variable names them.
+# Bash builtins only: a tr or grep started here would carry that SLURM_CONF too.
+slurm_leftovers() {
+  local p vars
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" != $$ ] && [ "${p#/proc/}" != "$BASHPID" ] || continue
+    mapfile -d '' vars 2>/dev/null <"$p/environ" || continue
+    [[ " ${vars[*]} " == *" SLURM_CONF=$SLURM_DIR/slurm.conf "* ]] && echo "${p#/proc/}"
+  done
+}
+
 slurm_cleanup() {
   local pid
+  # Jobs first, while slurmd is there to end their steps.
+  if [ -n "${SLURM_CONF:-}" ] && [ ${#SLURM_PIDS[@]} -gt 1 ]; then
+    on_ctl scancel --quiet --user="$(id -un)" 2>/dev/null
+    poll_until 30 slurm_queue_empty
+  fi
   for pid in "${SLURM_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   # A daemon that ignores TERM past its deadline is killed; every one is reaped.
   for pid in "${SLURM_PIDS[@]}"; do
     timeout 20 tail --pid="$pid" -f /dev/null 2>/dev/null || kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
+  done
+  for pid in $(slurm_leftovers); do
+    echo "teardown: killing pid $pid, left by the test cluster: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")"
+    kill -KILL "$pid" 2>/dev/null
   done
   netns_cleanup
 }
@@ -74,6 +96,8 @@ poll_until() {
   done
 }
 
+slurm_queue_empty() { [ -z "$(on_ctl squeue -h 2>/dev/null)" ]; }
+
 slurm_nodes_idle() {
   [ "$(on_ctl sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ')" = "node0 idle node1 idle " ]
 }
@@ -86,7 +110,7 @@ slurm_start() {
   netns_setup
   local d="$SLURM_DIR" host
   host="$(hostname -s)"
-  mkdir -p "$d/state" "$d/node0" "$d/node1"
+  mkdir -p "$d/state" "$d/node0/spool" "$d/node0/tmp" "$d/node1/spool" "$d/node1/tmp"
   # munged: the package's key, copied so that it is owned by the user running the test.
   install -m 0400 /etc/munge/munge.key "$d/munge.key"
   munged -F --force --socket="$d/munge.socket" --key-file="$d/munge.key" --pid-file="$d/munged.pid" \
@@ -113,6 +137,7 @@ SlurmctldLogFile=$d/slurmctld.log
 SlurmdSpoolDir=$d/%n/spool
 SlurmdPidFile=$d/%n/slurmd.pid
 SlurmdLogFile=$d/%n/slurmd.log
+TmpFS=$d/%n/tmp
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
