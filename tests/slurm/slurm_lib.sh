@@ -9,6 +9,9 @@
 #
 #   slurm_start     starts the cluster and waits (bounded) for both nodes to be idle;
 #                   prints "SKIP: ..." and exits 0 where namespaces or a daemon cannot start
+#   slurm_test_begin BIN_DIR PROGRAM...   a test's start: BIN (absolute), then a skip
+#                   unless each PROGRAM is built there, then slurm_start; D is the
+#                   cluster's directory (for the test's files too)
 #   on_ctl CMD...   runs a Slurm client command (sbatch, srun, sinfo, ...) on node0,
 #                   where the controller's address is reachable
 #   slurm_fail MSG / slurm_done   a failed check (the test goes on), the final verdict
@@ -94,6 +97,15 @@ poll_until() {
     [ "$SECONDS" -lt "$deadline" ] || return 1
     sleep 0.2
   done
+}
+
+slurm_test_begin() {
+  BIN="$(cd "$1" 2>/dev/null && pwd)" || netns_skip "no build directory $1"
+  shift
+  local p
+  for p in "$@"; do [ -x "$BIN/$p" ] || netns_skip "$p is not built in $BIN"; done
+  slurm_start
+  D="$SLURM_DIR"
 }
 
 slurm_queue_empty() { [ -z "$(on_ctl squeue -h 2>/dev/null)" ]; }

@@ -6,12 +6,9 @@
 # Usage: srun_mpi.sh BIN_DIR. Skips (exit 0, "SKIP: ...") where the cluster cannot start.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/slurm_lib.sh"
-BIN="$(cd "$1" && pwd)"
-[ -x "$BIN/tandem-train" ] || netns_skip "tandem-train is not built in $BIN"
 command -v mpirun >/dev/null || netns_skip "mpirun (Open MPI) is not installed"
-slurm_start
+slurm_test_begin "$1" tandem-train
 on_ctl srun --mpi=list 2>&1 | grep -q pmix_v4 || netns_skip "this Slurm has no mpi/pmix_v4 plugin (srun --mpi=list)"
-D="$SLURM_DIR"
 TRAIN=("$BIN/tandem-train" --mode ddp --backend mpi --data synthetic --model mlp --max-steps 20 --seed 7
        --synthetic-train 4096 --synthetic-test 512 --collective-timeout-s 120)
 # The nodes share one hostname: Open MPI's shared-memory transport would take them for

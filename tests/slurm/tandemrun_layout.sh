@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tandemrun-per-node layout under Slurm: examples/slurm/tandemrun-per-node-cpu.sbatch,
+# The tandemrun-per-node layout under Slurm: examples/slurm/tandemrun-per-node.sbatch,
 # submitted with sbatch to the test cluster (slurm_lib.sh: 2 nodes in network
 # namespaces), must train to the same param_checksum as the same 2 x 2 job started by
 # hand with one tandemrun per namespace. Both use gloo, whose reduction order depends
@@ -8,10 +8,7 @@
 # cannot start.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/slurm_lib.sh"
-BIN="$(cd "$1" && pwd)"
-[ -x "$BIN/tandem-train" ] && [ -x "$BIN/tandemrun" ] || netns_skip "tandem-train or tandemrun is not built in $BIN"
-slurm_start
-D="$SLURM_DIR"
+slurm_test_begin "$1" tandem-train tandemrun
 TRAIN_ARGS=(--max-steps 20 --seed 7 --synthetic-train 4096 --synthetic-test 512 --collective-timeout-s 120)
 
 # Reference: one tandemrun per namespace, started here (every command hang-guarded).
@@ -27,7 +24,7 @@ for n in 0 1; do wait -n || { slurm_fail "reference: a tandemrun failed"; tail -
 # The batch script, as a user submits it; sbatch --wait returns the job's exit code.
 export PATH="$BIN:$PATH" TANDEM_SECRET_DIR="$D"
 on_ctl timeout 300 sbatch --wait --quiet --chdir "$D" --output "$D/job-%j.out" \
-  "$HERE/../../examples/slurm/tandemrun-per-node-cpu.sbatch" "${TRAIN_ARGS[@]}" --summary-json "$D/sbatch.json"
+  "$HERE/../../examples/slurm/tandemrun-per-node.sbatch" "${TRAIN_ARGS[@]}" --summary-json "$D/sbatch.json"
 rc=$?
 [ "$rc" = 0 ] || { slurm_fail "the batch job exited $rc"; tail -30 "$D"/job-*.out; }
 same_params "sbatch, one tandemrun per node" "$D/reference.json" "$D/sbatch.json"
