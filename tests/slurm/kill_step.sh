@@ -8,7 +8,7 @@
 # Usage: kill_step.sh BIN_DIR. Skips (exit 0, "SKIP: ...") where the cluster cannot start.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/slurm_lib.sh"
-slurm_test_begin "$1" tandem-train tandemrun
+slurm_test_begin "${1:-}" tandem-train tandemrun
 export BIN
 
 # start_step CASE: a 2-node step of one tandemrun per node, in the background, whose

@@ -10,7 +10,7 @@
 # Usage: layouts.sh BIN_DIR. Skips (exit 0, "SKIP: ...") where the cluster cannot start.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/slurm_lib.sh"
-slurm_test_begin "$1" tandem-train tandemrun
+slurm_test_begin "${1:-}" tandem-train tandemrun
 TRAIN_ARGS=(--max-steps 20 --seed 7 --synthetic-train 4096 --synthetic-test 512 --collective-timeout-s 120)
 
 # Reference: one tandemrun per namespace, started here (every command hang-guarded).

@@ -43,7 +43,7 @@ slurm_cleanup() {
   local pid
   # Jobs first, while slurmd is there to end their steps.
   if [ -n "${SLURM_CONF:-}" ] && [ ${#SLURM_PIDS[@]} -gt 1 ]; then
-    on_ctl scancel --quiet --user="$(id -un)" 2>/dev/null
+    on_ctl timeout 20 scancel --quiet --user="$(id -un)" 2>/dev/null
     poll_until 30 slurm_queue_empty
   fi
   for pid in "${SLURM_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
@@ -100,7 +100,7 @@ poll_until() {
 }
 
 slurm_test_begin() {
-  BIN="$(cd "$1" 2>/dev/null && pwd)" || netns_skip "no build directory $1"
+  BIN="$(cd "${1:-}" 2>/dev/null && pwd)" || { echo "usage: $0 BIN_DIR: '${1:-}' is no directory" >&2; exit 2; }
   shift
   local p
   for p in "$@"; do [ -x "$BIN/$p" ] || netns_skip "$p is not built in $BIN"; done
@@ -108,10 +108,10 @@ slurm_test_begin() {
   D="$SLURM_DIR"
 }
 
-slurm_queue_empty() { [ -z "$(on_ctl squeue -h 2>/dev/null)" ]; }
+slurm_queue_empty() { [ -z "$(on_ctl timeout 20 squeue -h 2>&1)" ]; }
 
 slurm_nodes_idle() {
-  [ "$(on_ctl sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ')" = "node0 idle node1 idle " ]
+  [ "$(on_ctl timeout 20 sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ')" = "node0 idle node1 idle " ]
 }
 
 slurm_start() {

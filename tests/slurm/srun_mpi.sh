@@ -7,7 +7,7 @@
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/slurm_lib.sh"
 command -v mpirun >/dev/null || netns_skip "mpirun (Open MPI) is not installed"
-slurm_test_begin "$1" tandem-train
+slurm_test_begin "${1:-}" tandem-train
 on_ctl srun --mpi=list 2>&1 | grep -q pmix_v4 || netns_skip "this Slurm has no mpi/pmix_v4 plugin (srun --mpi=list)"
 TRAIN=("$BIN/tandem-train" --mode ddp --backend mpi --data synthetic --model mlp --max-steps 20 --seed 7
        --synthetic-train 4096 --synthetic-test 512 --collective-timeout-s 120)
