@@ -100,7 +100,7 @@ poll_until() {
 }
 
 slurm_test_begin() {
-  BIN="$(cd "${1:-}" 2>/dev/null && pwd)" || { echo "usage: $0 BIN_DIR: '${1:-}' is no directory" >&2; exit 2; }
+  [ -n "${1:-}" ] && BIN="$(cd "$1" 2>/dev/null && pwd)" || { echo "usage: $0 BIN_DIR: '${1:-}' is no directory" >&2; exit 2; }
   shift
   local p
   for p in "$@"; do [ -x "$BIN/$p" ] || netns_skip "$p is not built in $BIN"; done
