@@ -236,9 +236,11 @@ Backend resolve_backend(Backend requested, DeviceKind device, const LaunchEnv& e
   if (b != Backend::nccl && device == DeviceKind::cuda) {
     throw std::invalid_argument(std::string("the ") + backend_str(b) + " backend cannot reduce CUDA buffers; use nccl");
   }
-  if (b == Backend::mpi && !env.under_mpirun) {
-    throw std::invalid_argument("the mpi backend needs processes started by mpirun "
-                                "(environment variable OMPI_COMM_WORLD_RANK is not set)");
+  // Under srun --mpi=pmix, Open MPI learns its ranks from Slurm's PMIx server inside
+  // MPI_Init; the mpi group checks them against SLURM_PROCID and SLURM_NTASKS there.
+  if (b == Backend::mpi && !env.under_mpirun && !env.under_slurm) {
+    throw std::invalid_argument("the mpi backend needs processes started by mpirun or by srun --mpi=pmix "
+                                "(environment variables OMPI_COMM_WORLD_RANK and SLURM_PROCID are not set)");
   }
   if (b != Backend::mpi && env.master_addr.empty()) {
     throw std::invalid_argument(std::string("the ") + backend_str(b) +
@@ -375,7 +377,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options, con
   args.job_id = env.job_id;
   args.group_name = options.group_name;
   args.check_ops = options.check_ops && env.collective_checks;
-  if (!env.master_addr.empty()) {
+  // The mpi backend under srun --mpi=pmix makes its own store over MPI, with a secret of
+  // its own (bootstrap_store), rather than one at the port derived from Slurm's job id.
+  const bool mpi_makes_store = backend == Backend::mpi && env.under_slurm && !env.port_candidates.empty();
+  if (!env.master_addr.empty() && !mpi_makes_store) {
     const std::vector<int> ports = env.port_candidates.empty() ? std::vector<int>{env.master_port} : env.port_candidates;
     if (env.rank == 0 && !env.store_hosted) args.server = host_store(env, ports);
     std::shared_ptr<Store> base;

@@ -117,13 +117,15 @@ void bootstrap_store(BackendArgs& args) {
       const std::string secret = store_auth::generate_secret();
       args.server = std::make_shared<StoreServer>(StoreServerOptions{"0.0.0.0", 0, args.job_id, secret});
       snprintf(bootstrap.secret, sizeof(bootstrap.secret), "%s", secret.c_str());
-      // All ranks on this node (the usual mpirun test): loopback; else this host's name.
+      // All ranks on this node (the usual mpirun test): loopback; else this node's name,
+      // Slurm's for it under srun (the name its node list resolves), or the host name.
       const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+      const char* slurm_node = std::getenv("SLURMD_NODENAME");
       std::string host = "127.0.0.1";
       if (!local_size || std::atoi(local_size) != args.size) {
         char name[256] = {};
         gethostname(name, sizeof(name) - 1);
-        host = name;
+        host = slurm_node && *slurm_node ? slurm_node : name;
       }
       snprintf(address, kAddrBytes, "%s:%d", host.c_str(), args.server->port());
     } catch (const std::exception& e) {

@@ -4,9 +4,9 @@
 # 2 x 2 job started by hand with one tandemrun per namespace. All use gloo, whose
 # reduction order depends only on the world size, so every bit must agree.
 #   tandemrun-per-node.sbatch   one tandemrun per node
-#   srun-per-task.sbatch        one srun task per replica; needs tandem-train to read
-#                               Slurm's variables, and until it does this part prints
-#                               "not checked: ..." (the test passes on the first part)
+#   srun-per-task.sbatch        one srun task per replica: tandem-train reads Slurm's
+#                               variables and finds the store at node0 (which resolves
+#                               through slurm_lib.sh's private /etc/hosts)
 # Usage: layouts.sh BIN_DIR. Skips (exit 0, "SKIP: ...") where the cluster cannot start.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/slurm_lib.sh"
@@ -35,10 +35,6 @@ ls "$D"/job-*.secret 2>/dev/null && slurm_fail "the batch script left its job se
 on_ctl timeout 300 sbatch --wait --quiet --chdir "$D" --output "$D/tasks-%j.out" \
   "$HERE/../../examples/slurm/srun-per-task.sbatch" --backend gloo "${TRAIN_ARGS[@]}" --summary-json "$D/tasks.json"
 rc=$?
-if [ "$rc" != 0 ] && grep -q "environment variable RANK is not set" "$D"/tasks-*.out; then
-  echo "not checked: one srun task per replica: tandem-train does not read Slurm's variables yet ($(grep -m1 -o "environment variable RANK is not set" "$D"/tasks-*.out))"
-else
-  [ "$rc" = 0 ] || { slurm_fail "the one-task-per-replica batch job exited $rc"; tail -30 "$D"/tasks-*.out; }
-  same_params "sbatch, one srun task per replica" "$D/reference.json" "$D/tasks.json"
-fi
+[ "$rc" = 0 ] || { slurm_fail "the one-task-per-replica batch job exited $rc"; tail -30 "$D"/tasks-*.out; }
+same_params "sbatch, one srun task per replica" "$D/reference.json" "$D/tasks.json"
 slurm_done

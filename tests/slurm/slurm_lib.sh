@@ -20,6 +20,20 @@
 # Without cgroups: proctrack/linuxproc (a step's processes are found by parent pid),
 # task/none, select/cons_tres. SlurmdParameters=config_overrides lets each node claim
 # 2 CPUs whatever the host has. KillOnBadExit=1: a task that dies ends its step.
+#
+# Node names resolve as on a real cluster: the test runs in a mount namespace of its own
+# (it re-executes itself under `unshare --mount` when sourced), where a private copy of
+# /etc/hosts that adds node0 and node1 is bound over the machine's; the machine's file is
+# never written. The namespace dies with the test, and with it the network namespaces
+# it created.
+if [ -z "${TANDEM_SLURM_MOUNT_NS:-}" ]; then
+  command -v unshare >/dev/null || { echo "SKIP: unshare (util-linux) is not installed"; exit 0; }
+  if ! unshare --mount --propagation private true 2>/dev/null; then
+    echo "SKIP: a mount namespace of its own is not permitted here: $(unshare --mount true 2>&1)"
+    exit 0
+  fi
+  TANDEM_SLURM_MOUNT_NS=1 exec unshare --mount --propagation private -- bash "$0" "$@"
+fi
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../launcher/netns_lib.sh"
 
@@ -121,6 +135,11 @@ slurm_start() {
   [ -r /etc/munge/munge.key ] || netns_skip "/etc/munge/munge.key is missing or unreadable (the munge package creates it)"
   netns_setup
   local d="$SLURM_DIR" host
+  mkdir -p "$d"
+  { cat /etc/hosts; printf '%s node0\n%s node1\n' "$ADDR0" "$ADDR1"; } >"$d/hosts"
+  mount --bind "$d/hosts" /etc/hosts 2>"$d/mount.err" ||
+    netns_skip "cannot bind a private /etc/hosts in this mount namespace: $(cat "$d/mount.err")"
+  [ "$(getent hosts node1 | cut -d' ' -f1)" = "$ADDR1" ] || netns_skip "node1 does not resolve through the private /etc/hosts"
   host="$(hostname -s)"
   mkdir -p "$d/state" "$d/node0/spool" "$d/node0/tmp" "$d/node1/spool" "$d/node1/tmp"
   # munged: the package's key, copied so that it is owned by the user running the test.

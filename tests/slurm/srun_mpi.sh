@@ -19,16 +19,14 @@ on_ctl timeout 240 mpirun --oversubscribe -np 4 "${TRAIN[@]}" --summary-json "$D
   >"$D/reference.out" 2>&1 || { slurm_fail "reference: mpirun -np 4 failed"; tail -20 "$D/reference.out"; }
 
 # Under srun, Open MPI's own variables (OMPI_COMM_WORLD_*) appear only inside MPI_Init,
-# after tandem-train has read its rank from the environment, and tandem-train does not
-# read Slurm's yet (planned: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). Until then a
-# shell sets the OMPI_COMM_WORLD_* variables from Slurm's, the values PMIx gives MPI.
-# The local size matters as much as the rank: it sizes each process's BLAS pool, whose
-# thread count changes the products' summation order (without it the checksums differed).
+# after tandem-train has read its rank from the environment: it reads Slurm's
+# (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE), which PMIx
+# hands to MPI too.
 on_ctl timeout 300 salloc --quiet -N2 --ntasks-per-node=2 \
-  srun --mpi=pmix --kill-on-bad-exit=1 bash -c 'export OMPI_COMM_WORLD_RANK=$SLURM_PROCID \
-    OMPI_COMM_WORLD_SIZE=$SLURM_NTASKS OMPI_COMM_WORLD_LOCAL_RANK=$SLURM_LOCALID \
-    OMPI_COMM_WORLD_LOCAL_SIZE=$SLURM_NTASKS_PER_NODE; exec "$@"' shim \
-  "${TRAIN[@]}" --summary-json "$D/srun.json" >"$D/srun.out" 2>&1 ||
+  srun --mpi=pmix --kill-on-bad-exit=1 "${TRAIN[@]}" --summary-json "$D/srun.json" >"$D/srun.out" 2>&1 ||
   { slurm_fail "srun --mpi=pmix exited $?"; tail -30 "$D/srun.out"; }
+# Rank 0's store, made over MPI, must be reachable from node1 by Slurm's name for node0.
+grep -m1 "could not start a store\|cannot reach the store" "$D/srun.out" &&
+  slurm_fail "srun --mpi=pmix: a rank went without the mpi backend's store"
 same_params "srun --mpi=pmix, 2 nodes x 2 tasks, mpi backend" "$D/reference.json" "$D/srun.json"
 slurm_done
