@@ -76,6 +76,7 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
   int attempt = 0;
   try {
     store = std::make_unique<JobStore>(o, poll_signal);
+    if (!o.slurm_note.empty()) spdlog::info("{}; it is on port {}", o.slurm_note, store->port());
     if (o.master_port == 0) {
       spdlog::info("--master-port 0: the store listens on port {} (TANDEM_STORE_PORT={})", store->port(), store->port());
     }

@@ -14,6 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+
+#include "launcher/slurm_step.h"
 
 namespace tandem::launcher {
 
@@ -124,6 +127,12 @@ int visible_cuda_devices(std::string& why) {
   return count;
 }
 
+std::string port_list(const std::vector<int>& ports) {
+  std::string s;
+  for (int p : ports) s += (s.empty() ? "" : ", ") + std::to_string(p);
+  return s;
+}
+
 std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   // Split at the first `--`: what follows is the program, untouched.
   int split = argc;
@@ -204,6 +213,11 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
     o.nproc_per_node = parse_int("--nproc-per-node", nproc);
     if (o.nproc_per_node < 1) throw UsageError("--nproc-per-node: must be >= 1 or 'gpu', not " + nproc);
   }
+  std::set<std::string> explicit_flags;
+  for (const char* flag : {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id"}) {
+    if (app.count(flag)) explicit_flags.insert(flag);
+  }
+  o.slurm_note = apply_slurm_step(o, explicit_flags, process_environment());
   if (o.nnodes < 1) throw UsageError("--nnodes: must be >= 1, not " + std::to_string(o.nnodes));
   if (static_cast<int64_t>(o.nnodes) * o.nproc_per_node > INT32_MAX) {
     throw UsageError("--nnodes " + std::to_string(o.nnodes) + " x --nproc-per-node " +

@@ -25,6 +25,10 @@ struct LaunchOptions {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0: node 0 picks a free one (single node only)
+  // Under srun without --master-port: every candidate port, master_port first (node 0
+  // hosts the store on the first free one; launcher/slurm_step.h). Empty otherwise.
+  std::vector<int> port_candidates;
+  std::string slurm_note;  // what was taken from the Slurm step, for the log; "" outside srun
   int max_restarts = 0;
   std::string log_dir;                  // empty: no log files
   std::optional<std::set<int>> rank_filter;  // absent: every rank reaches the console
@@ -47,6 +51,9 @@ struct LaunchOptions {
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
   bool shows_rank(int rank) const { return !rank_filter || rank_filter->count(rank) > 0; }
 };
+
+// "20001, 20002": candidate ports, for messages.
+std::string port_list(const std::vector<int>& ports);
 
 // Returns nullopt after printing --help (exit 0). Throws UsageError (exit 2).
 std::optional<LaunchOptions> parse_options(int argc, char** argv);

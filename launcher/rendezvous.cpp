@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -86,21 +88,32 @@ int free_port(bool ipv6) {
 JobStore::JobStore(const LaunchOptions& options, std::function<int()> poll_signal)
     : options_(options), poll_signal_(std::move(poll_signal)) {
   const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
+  // Under srun the port is one of several candidates (launcher/slurm_step.h): node 0
+  // takes the first it can bind, the others find it by trying each in turn.
+  ports_ = options_.port_candidates.empty() ? std::vector<int>{options_.master_port} : options_.port_candidates;
   if (options_.node_rank == 0) {
     StoreServerOptions so;
     so.bind_addr = ipv6 ? "::" : "0.0.0.0";
-    so.port = options_.master_port;
     so.job_id = options_.job_id;
     so.secret = options_.job_secret;
-    try {
-      server_ = std::make_unique<StoreServer>(so);
-    } catch (const StoreError& e) {
-      throw RendezvousError("node 0 cannot host the store for job " + options_.job_id + " on --master-port " +
-                            std::to_string(options_.master_port) + ": " + e.what());
+    for (size_t k = 0; !server_; ++k) {
+      so.port = ports_[k];
+      try {
+        server_ = std::make_unique<StoreServer>(so);
+      } catch (const StoreError& e) {
+        if (k + 1 == ports_.size()) {
+          throw RendezvousError("node 0 cannot host the store for job " + options_.job_id + " on " +
+                                (ports_.size() > 1 ? "any of ports " + port_list(ports_) : "--master-port " +
+                                                                                          std::to_string(so.port)) +
+                                ": " + e.what());
+        }
+        spdlog::info("store: port {} is taken ({}); trying {}", so.port, e.what(), ports_[k + 1]);
+      }
     }
     port_ = server_->port();
+    ports_ = {port_};
   } else {
-    port_ = options_.master_port;
+    port_ = ports_.front();
   }
   connect();
 }
@@ -121,27 +134,38 @@ void JobStore::connect() {
   // Node 0 reaches its own store over loopback, whatever --master-addr resolves to here.
   const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
   to.host = options_.node_rank == 0 ? (ipv6 ? "::1" : "127.0.0.1") : options_.master_addr;
-  to.port = port_;
   to.job_id = options_.job_id;
   to.secret = options_.job_secret;
   to.op_timeout = kOpTimeout;
   const auto deadline = Clock::now() + options_.rdzv_timeout;
-  for (;;) {
-    to.connect_timeout = std::max(milliseconds(100), std::min(kSlice, left(deadline)));
+  // With several candidate ports each gets a short turn; a store that refuses this job
+  // (another job's, on a candidate it took first) is struck off.
+  const milliseconds turn = ports_.size() > 1 ? milliseconds(200) : kSlice;
+  std::vector<std::string> refusals(ports_.size());
+  for (size_t k = 0;; k = (k + 1) % ports_.size()) {
+    if (!refusals[k].empty()) continue;
+    port_ = to.port = ports_[k];
+    to.connect_timeout = std::max(milliseconds(100), std::min(turn, left(deadline)));
     try {
       base_ = std::make_shared<TcpStore>(to);
       store_ = std::make_shared<PrefixStore>("tandemrun/", base_);
       return;
     } catch (const StoreError& e) {
       if (!is_connect_failure(e)) {
-        throw RendezvousError("the store at " + where() + " refused node " + std::to_string(options_.node_rank) +
-                              ": " + e.what() +
-                              " (another job is using this address: give it another --master-port, or the "
-                              "same --job-id as the job you meant to join)");
+        refusals[k] = e.what();
+        if (std::count(refusals.begin(), refusals.end(), std::string()) == 0) {
+          throw RendezvousError("the store at " + where() + " refused node " + std::to_string(options_.node_rank) +
+                                ": " + e.what() +
+                                (ports_.size() > 1 ? " (as did every candidate port: " + port_list(ports_) + ")"
+                                                   : " (another job is using this address: give it another "
+                                                     "--master-port, or the same --job-id as the job you meant "
+                                                     "to join)"));
+        }
+        continue;
       }
       if (Clock::now() >= deadline) {
-        throw RendezvousError("node 0 did not join: its store at " + where() + " did not answer within " +
-                              seconds_text(options_.rdzv_timeout) +
+        throw RendezvousError("node 0 did not join: its store at " + options_.master_addr + " port " +
+                              port_list(ports_) + " did not answer within " + seconds_text(options_.rdzv_timeout) +
                               " (is node 0's tandemrun running, with the same --master-addr and --master-port?): " +
                               e.what());
       }

@@ -95,6 +95,7 @@ class JobStore {
   std::unique_ptr<StoreServer> server_;  // node 0 only
   std::shared_ptr<Store> base_;         // unprefixed: the workers' keys
   std::shared_ptr<Store> store_;        // prefixed "tandemrun/"
+  std::vector<int> ports_;  // the candidates until node 0 binds or a node connects
   int port_ = 0;
   int master_port_ = 0;
 };

@@ -488,6 +488,58 @@ def test_ports():
         check(not r.out, "no worker may start when the store cannot be hosted", r)
 
 
+def slurm_step_env(job, **extra):
+    """What srun gives the one task of a one-node step (srun -N1 -n1 tandemrun ...)."""
+    env = dict(os.environ, SLURM_JOB_ID=str(job), SLURM_STEP_ID="0", SLURM_PROCID="0", SLURM_NTASKS="1",
+               SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1", SLURM_NNODES="1",
+               SLURM_STEP_TASKS_PER_NODE="1", SLURM_STEP_NODELIST="localhost")
+    env.update(extra)
+    return env
+
+
+def test_slurm_step():
+    # tandemrun as the one task of a Slurm step takes --nnodes, --node-rank, the store's
+    # host and port and the job id from it (launcher/slurm_step.h). The derived port's
+    # first candidate is taken here by another listener: node 0 must move to the second.
+    job, ports = None, []
+    for candidate in range(4100, 4200):
+        ports = [20000 + ((candidate % 10000) * 7919 + k) % 10000 for k in range(8)]
+        try:
+            blocker = socket.socket()
+            blocker.bind(("0.0.0.0", ports[0]))
+            job = candidate
+            break
+        except OSError:
+            blocker.close()
+    check(job is not None, "no job id whose first derived port could be taken here")
+    with blocker:
+        blocker.listen()
+        rc, r = run(["--nproc-per-node", "2"], ["--mode", "env"], slurm_step_env(job))
+    out, err = r.text()
+    check(rc == 0, f"exit {rc}", r)
+    check(f"under Slurm: node 0 of 1; the store on localhost (first host of SLURM_STEP_NODELIST)" in err and
+          f"port {ports[0]} is taken" in err and f"it is on port {ports[1]}" in err, "the derived port's retry", r)
+    check(out.count(f"ENV TANDEM_STORE_PORT={ports[1]}") == 2 and out.count(f"ENV TANDEM_JOB_ID=slurm-{job}.0") == 2,
+          "the workers' store port and job id", r)
+    # Flags given explicitly win; --nnodes and --node-rank may not contradict the step.
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--job-id", "mine"], ["--mode", "env"],
+                slurm_step_env(job))
+    out, _ = r.text()
+    check(rc == 0 and out.count("ENV TANDEM_JOB_ID=mine") == 2, f"explicit flags: exit {rc}", r)
+    cases = [
+        ([], dict(SLURM_NTASKS="2", SLURM_STEP_TASKS_PER_NODE="2"), "one task per node, but this step has "
+         "SLURM_NTASKS=2 tasks on 1 node: start it with srun --ntasks-per-node=1"),
+        (["--nnodes", "2"], {}, "--nnodes 2 disagrees with this Slurm step's 1 node (SLURM_STEP_NUM_NODES)"),
+        (["--node-rank", "1", "--nnodes", "1"], {}, "--node-rank 1 disagrees with SLURM_NODEID=0"),
+        ([], dict(SLURM_STEP_NODELIST="node[3-"), "SLURM_STEP_NODELIST"),
+        ([], dict(SLURM_NODEID="x"), "SLURM_NODEID='x' is not an integer"),
+    ]
+    for flags, env, needle in cases:
+        p = subprocess.run([TANDEMRUN] + flags + ["--", WORKER], capture_output=True, text=True,
+                           env=slurm_step_env(job, **env))
+        check(p.returncode == 2 and needle in p.stderr, f"{flags} {env}: exit {p.returncode}: {p.stderr}")
+
+
 def test_rdzv_timeout():
     port = free_port()
     rc, r = run(["--nnodes", "2", "--node-rank", "0", "--master-port", str(port), "--rdzv-timeout-s", "3"],

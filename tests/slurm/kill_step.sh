@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# A step of the tandemrun-per-node layout (2 nodes x 2 workers, slurm_lib.sh's test
-# cluster) must end whole, with no process left on either node, when
-#   kill_one     one worker gets SIGKILL (KillOnBadExit ends the step), or
-#   scancel      the step gets `scancel --signal=KILL JOB.0`.
+# A 2-node x 2-replica step (slurm_lib.sh's test cluster) must end whole, with no process
+# left on either node, and the killed rank named, when
+#   kill_one     one worker of the tandemrun-per-node layout gets SIGKILL,
+#   kill_task    one task of the srun-per-replica layout gets SIGKILL (KillOnBadExit
+#                ends the step), or
+#   scancel      the tandemrun layout's step gets `scancel --signal=KILL JOB.0`.
 # Every task and worker writes its pid before it execs; after the job has left the
 # queue, none of those pids may be alive, and no process of the cluster but its daemons.
 # Usage: kill_step.sh BIN_DIR. Skips (exit 0, "SKIP: ...") where the cluster cannot start.
@@ -11,22 +13,36 @@ source "$HERE/slurm_lib.sh"
 slurm_test_begin "${1:-}" tandem-train tandemrun
 export BIN
 
-# start_step CASE: a 2-node step of one tandemrun per node, in the background, whose
-# training would run for hours; pid files in $D/CASE/ (tandemrun-NODE, worker-RANK).
+# start_step CASE LAYOUT: a 2-node step in the background whose training would run for
+# hours, as one tandemrun per node (LAYOUT tandemrun: 2 tandemruns, 4 workers) or one
+# srun task per replica (LAYOUT tasks: 4 tandem-trains); pid files in $D/CASE/
+# (tandemrun-NODE, worker-RANK).
 start_step() {
   mkdir -p "$D/$1"
   export PIDS="$D/$1"
-  on_ctl timeout 300 srun -N2 --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '
-    echo $$ >"$PIDS/tandemrun-$SLURM_NODEID"
-    exec "$BIN/tandemrun" --nnodes 2 --node-rank "$SLURM_NODEID" --nproc-per-node 2 \
-      --master-addr '"$ADDR0"' --master-port $((20000 + SLURM_JOB_ID % 20000)) -- \
-      bash -c "echo \$\$ >\"\$PIDS/worker-\$RANK\"; exec \"\$BIN/tandem-train\" --mode ddp --backend gloo \
-        --data synthetic --synthetic-train 4096 --synthetic-test 512 --max-steps 1000000"' \
-    >"$D/$1.out" 2>&1 &
+  if [ "$2" = tandemrun ]; then
+    expected=6
+    on_ctl timeout 300 srun -N2 --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '
+      echo $$ >"$PIDS/tandemrun-$SLURM_NODEID"
+      exec "$BIN/tandemrun" --nproc-per-node 2 -- "$D/train.sh"' >"$D/$1.out" 2>&1 &
+  else
+    expected=4
+    on_ctl timeout 300 srun -N2 --ntasks-per-node=2 --kill-on-bad-exit=1 "$D/train.sh" >"$D/$1.out" 2>&1 &
+  fi
   STEP_PID=$!
-  all_pids_written() { [ "$(ls "$PIDS" | wc -l)" = 6 ]; }
-  poll_until 120 all_pids_written || slurm_fail "$1: the step did not start its 2 tandemruns and 4 workers"
+  all_pids_written() { [ "$(ls "$PIDS" | wc -l)" = "$expected" ]; }
+  poll_until 120 all_pids_written || slurm_fail "$1: the step did not start its $expected processes"
 }
+# A replica: its pid under its rank (tandemrun's RANK, else srun's SLURM_PROCID), then
+# tandem-train in its place.
+export D
+cat >"$D/train.sh" <<'EOF'
+#!/usr/bin/env bash
+echo $$ >"$PIDS/worker-${RANK:-$SLURM_PROCID}"
+exec "$BIN/tandem-train" --mode ddp --backend gloo --data synthetic --synthetic-train 4096 --synthetic-test 512 \
+  --max-steps 1000000
+EOF
+chmod +x "$D/train.sh"
 
 # The cluster's processes less its daemons (and slurmctld's slurmscriptd), compared with
 # builtins only: a grep here would carry the cluster's SLURM_CONF itself.
@@ -58,15 +74,28 @@ end_step() {
     slurm_fail "$1: left behind: recorded pids${alive:- none}; other processes of the cluster:${others:- none}"
     [ -z "$alive$others" ] || ps -o pid=,ppid=,stat=,cmd= -p "$(echo $alive $others | tr ' ' ,)"
   else
-    echo "ok: $1: srun exited $rc and none of the step's 6 processes is left"
+    echo "ok: $1: srun exited $rc and none of the step's $2 processes is left"
   fi
 }
 
-start_step kill_one
-kill -KILL "$(cat "$D/kill_one/worker-3")"  # rank 3: node1's second worker
-end_step kill_one
+# Whoever ends the step must say which rank died: tandemrun on every node, srun for its
+# own tasks.
+expect_named() {  # CASE PATTERN
+  grep -q -- "$2" "$D/$1.out" && echo "ok: $1: the output names the killed rank: $(grep -m1 -o -- "$2" "$D/$1.out")" ||
+    { slurm_fail "$1: no line names the killed rank ('$2')"; tail -15 "$D/$1.out"; }
+}
 
-start_step scancel
+start_step kill_one tandemrun
+kill -KILL "$(cat "$D/kill_one/worker-3")"  # rank 3: node1's second worker
+end_step kill_one 6
+expect_named kill_one "job failed: rank 3 (node 1, host [^,]*, local rank 1, pid [0-9]*) was killed by signal 9"
+
+start_step kill_task tasks
+kill -KILL "$(cat "$D/kill_task/worker-3")"
+end_step kill_task 4
+expect_named kill_task "node1: task 3: Killed"
+
+start_step scancel tandemrun
 on_ctl scancel --signal=KILL "$(on_ctl squeue -h -o %i).0"
-end_step scancel
+end_step scancel 6
 slurm_done
