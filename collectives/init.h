@@ -60,6 +60,11 @@ struct InitOptions {
   bool check_ops = true;
 };
 
+// The exit code of a process that stopped on request to be resumed later (EX_TEMPFAIL):
+// tandem-train after SIGUSR1 with a checkpoint written. tandemrun exits with it too when
+// every worker did, without a restart (docs/reference.md, "Stopping to be resumed").
+inline constexpr int kExitStoppedToResume = 75;
+
 // What the launcher (or mpirun) told this process.
 struct LaunchEnv {
   int rank = 0;

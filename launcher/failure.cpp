@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "collectives/init.h"
 #include "launcher/worker_process.h"
 
 namespace tandem::launcher {
@@ -52,6 +53,8 @@ std::string summarize(const Failure& f) {
   } else {
     s += "exited with code " + std::to_string(f.exit_code);
     if (f.exit_code == 127) s += " (127: the program could not be executed, or a command it ran was not found)";
+    if (f.exit_code == kExitStoppedToResume)
+      s += " (stopped to be resumed, after SIGUSR1) while other ranks did not: the job is neither finished nor resumable";
   }
   return s;
 }

@@ -3,14 +3,16 @@
 // or --max-restarts is used up.
 //
 // Exit codes: 0 every worker of the job exited 0; 1 the job failed (the first failure
-// is printed on every node); 2 usage error; 128+N this tandemrun received signal N
-// (130 for SIGINT, 143 for SIGTERM). Node 0 keeps the store up until every node has
+// is printed on every node); 2 usage error; 75 every worker exited 75, stopped to be
+// resumed (SIGUSR1; no restart); 128+N this tandemrun received signal N (130 for
+// SIGINT, 143 for SIGTERM). Node 0 keeps the store up until every node has
 // read the job's end, so no node is left guessing.
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <exception>
 
+#include "collectives/init.h"
 #include "launcher/console.h"
 #include "launcher/failure.h"
 #include "launcher/job_secret.h"
@@ -97,6 +99,13 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
       if (end.kind == AttemptEnd::Kind::ok) {
         close_job(o, *store, attempt);
         return 0;
+      }
+      if (end.kind == AttemptEnd::Kind::resume) {
+        spdlog::warn("the job stopped to be resumed: every rank exited {} after writing its checkpoint; no restart "
+                     "(run the same command with --resume auto to go on)",
+                     kExitStoppedToResume);
+        close_job(o, *store, attempt);
+        return kExitStoppedToResume;
       }
       const Failure& f = *end.first_failure;
       const bool last = end.kind == AttemptEnd::Kind::stopped || attempt >= o.max_restarts ||

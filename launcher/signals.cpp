@@ -15,7 +15,7 @@ namespace tandem::launcher {
 LauncherSignals::LauncherSignals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
   if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) throw std::runtime_error("pthread_sigmask failed");
   fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (fd_ < 0) throw std::runtime_error(std::string("signalfd failed: ") + std::strerror(errno));
@@ -39,6 +39,8 @@ LauncherSignals::Pending LauncherSignals::drain() {
     }
     if (info.ssi_signo == SIGCHLD) {
       p.child = true;
+    } else if (info.ssi_signo == SIGUSR1 || info.ssi_signo == SIGUSR2) {
+      p.forward.push_back(static_cast<int>(info.ssi_signo));
     } else {
       p.termination = static_cast<int>(info.ssi_signo);
       if (!first_termination_) first_termination_ = p.termination;

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <vector>
 
+#include "collectives/init.h"
 #include "launcher/health_watch.h"
 #include "launcher/outcome_watcher.h"
 #include "launcher/output_mux.h"
@@ -40,7 +41,11 @@ struct LocalWorker {
   int rank = 0;
   pid_t pid = -1;
   bool alive = false;
+  bool resumable = false;  // exited kExitStoppedToResume: not a failure unless its peers differ
 };
+
+// The outcome of an attempt whose every worker stopped to be resumed.
+constexpr const char* kOutcomeResume = "resume";
 
 class Attempt {
  public:
@@ -61,6 +66,8 @@ class Attempt {
   void reap();
   void on_worker_exit(LocalWorker& w, int status);
   void on_termination_signal(int sig);
+  void on_forwarded_signal(int sig);
+  void on_all_exited();
   void on_outcome(const OutcomeWatcher::Result& r);
   void on_health(const HealthWatch::Events& e);
   void publish(const Failure& f, const std::string& outcome);
@@ -172,7 +179,9 @@ void Attempt::reap() {
   // kernel finished tearing that peer down (the shm backend notices a dead peer within
   // a millisecond, while a large process takes longer to become reapable). Give such a
   // death by signal a short bounded moment to show up, so the cause is reported.
-  const auto failed_by_code = [](int status) { return WIFEXITED(status) && WEXITSTATUS(status) != 0; };
+  const auto failed_by_code = [](int status) {
+    return WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kExitStoppedToResume;
+  };
   const bool any_signal = std::any_of(exited.begin(), exited.end(), [](const auto& e) { return WIFSIGNALED(e.second); });
   const bool any_code = std::any_of(exited.begin(), exited.end(), [&](const auto& e) { return failed_by_code(e.second); });
   if (any_code && !any_signal && !stopping_) {
@@ -204,6 +213,10 @@ void Attempt::on_worker_exit(LocalWorker& w, int status) {
   const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   // While stopping, exits are the consequence of our own signals, not failures.
   if (ok || stopping_) return;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kExitStoppedToResume) {
+    w.resumable = true;  // its peers stop at the same step; on_all_exited decides
+    return;
+  }
   Failure f;
   f.attempt = attempt_;
   f.node = o_.node_rank;
@@ -246,6 +259,48 @@ void Attempt::on_termination_signal(int sig) {
   begin_stop(sig);
 }
 
+void Attempt::on_forwarded_signal(int sig) {
+  spdlog::warn("received {}: passing it on to the workers, which keep running{}", signal_name(sig),
+               sig == SIGUSR1 ? " (tandem-train stops at its next step boundary with a checkpoint, to be resumed)"
+                              : "");
+  for (const auto& w : workers_) {
+    if (w.alive) kill(w.pid, sig);  // the worker only, not its group: the program decides what to pass on
+  }
+}
+
+void Attempt::on_all_exited() {
+  const auto n = std::count_if(workers_.begin(), workers_.end(), [](const LocalWorker& w) { return w.resumable; });
+  if (n == 0) {
+    try {
+      store_.node_succeeded(attempt_);
+    } catch (const std::exception& e) {
+      store_error_ = e.what();
+    }
+    return;
+  }
+  Failure f;
+  f.attempt = attempt_;
+  f.node = o_.node_rank;
+  f.host = host_;
+  f.exit_code = kExitStoppedToResume;
+  if (n == static_cast<long>(workers_.size())) {
+    f.reason = "every rank of node " + std::to_string(o_.node_rank) + " exited " +
+               std::to_string(kExitStoppedToResume) + ": stopped to be resumed";
+    local_failure_ = f;
+    publish(f, kOutcomeResume);
+    return;
+  }
+  // Some stopped to be resumed while others ran to the end: the job is neither done nor
+  // resumable as one. The first such rank is the failure to report.
+  const LocalWorker& w = *std::find_if(workers_.begin(), workers_.end(), [](const LocalWorker& x) { return x.resumable; });
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = w.pid;
+  f.stderr_tail = mux_->stderr_tail(w.rank);
+  local_failure_ = f;
+  publish(f, "failed");
+}
+
 void Attempt::on_outcome(const OutcomeWatcher::Result& r) {
   if (!r.error.empty()) {
     if (store_error_.empty()) store_error_ = r.error;
@@ -256,6 +311,13 @@ void Attempt::on_outcome(const OutcomeWatcher::Result& r) {
     return;
   }
   if (!outcome_) outcome_ = r.outcome;
+  if (r.outcome == kOutcomeResume && !stopping_) {
+    // Another node's ranks stopped to be resumed; ours stop at the same step on their own
+    // (tandem-train's ranks agree on it). They get --grace-s to do so, then SIGKILL.
+    stopping_ = true;
+    kill_deadline_ = Clock::now() + o_.grace;
+    return;
+  }
   if (r.outcome != "ok" && !stopping_) begin_stop(SIGTERM);
 }
 
@@ -326,11 +388,7 @@ AttemptEnd Attempt::run() {
     if (all_reaped()) {
       if (!outcome_ && store_error_.empty() && !local_failure_ && !reported_ok_) {
         reported_ok_ = true;
-        try {
-          store_.node_succeeded(attempt_);
-        } catch (const std::exception& e) {
-          store_error_ = e.what();
-        }
+        on_all_exited();
       }
       if (outcome_ || !store_error_.empty()) break;
     }
@@ -349,6 +407,7 @@ AttemptEnd Attempt::run() {
     }
     if (fds[0].revents) {
       const auto pending = signals_.drain();
+      for (int sig : pending.forward) on_forwarded_signal(sig);
       if (pending.termination) on_termination_signal(pending.termination);
     }
     if (fds[1].revents) {
@@ -398,6 +457,10 @@ AttemptEnd Attempt::result() {
     if (store_error_.empty()) store_error_ = e.what();
   }
   if (!end.first_failure) end.first_failure = local_failure_;
+  // The store's first record decides, so every node ends the same way.
+  const Failure* first = end.first_failure ? &*end.first_failure : nullptr;
+  if (first && first->rank < 0 && first->exit_code == kExitStoppedToResume && !interrupted_by_)
+    end.kind = AttemptEnd::Kind::resume;
   if (!end.first_failure) {
     Failure f;
     f.attempt = attempt_;

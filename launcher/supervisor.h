@@ -9,6 +9,11 @@
 //                                           stop local workers
 //   SIGINT/SIGTERM/SIGHUP to tandemrun   -> publish "stopped", forward the signal
 //                                           (a second one: SIGKILL at once)
+//   SIGUSR1/SIGUSR2 to tandemrun         -> passed on to each worker, nothing stops
+//   every local worker exits 75          -> publish "resume" (a node-level record with
+//   (kExitStoppedToResume)                  exit code 75): the job stopped to be resumed,
+//                                           with no restart; 75 mixed with other exits
+//                                           is a failure
 // "Stop" is the signal to each worker's process group, then SIGKILL to the groups
 // still alive after --grace-s. The attempt ends when every local worker is reaped and
 // the attempt's outcome is known (a node whose workers all exited 0 waits for the
@@ -28,7 +33,7 @@
 namespace tandem::launcher {
 
 struct AttemptEnd {
-  enum class Kind { ok, failed, stopped };
+  enum class Kind { ok, failed, stopped, resume };  // resume: every worker exited kExitStoppedToResume
   Kind kind = Kind::ok;
   std::optional<Failure> first_failure;  // the job's first failure (from the store when reachable)
   int interrupted_by = 0;                // a termination signal this tandemrun received

@@ -98,6 +98,10 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"grad_reduce_dtype", s.grad_reduce_dtype},
       {"bf16_gemm", s.bf16_gemm ? json(*s.bf16_gemm) : json(nullptr)},
       {"cpu_kernels", s.cpu_kernels},
+      {"stopped_by", s.stopped_by ? json(*s.stopped_by) : json(nullptr)},
+      {"restart_count", s.restart_count},
+      {"slurm_restart_count", s.slurm_restart_count},
+      {"resumed_from_step", s.resumed_from_step ? json(*s.resumed_from_step) : json(nullptr)},
   };
   std::string tmp = path + ".tmp";
   {

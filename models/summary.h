@@ -52,6 +52,12 @@ struct RunSummary {
   std::string grad_reduce_dtype = "fp32";  // gradient all-reduce: fp32 | bf16 | fp16
   std::optional<std::string> bf16_gemm;    // under bf16: native | fallback (CPU) | cublas
   std::string cpu_kernels = "baseline";    // runtime/cpu/cpu_isa.h: baseline | avx2 | avx512 | avx512-bf16
+  // Stopping to be resumed (models/requeue.h): the signal that stopped the run before its
+  // last step ("SIGUSR1"), unset when it ran to the end; the restarts behind this run; the
+  // checkpoint step it resumed from, unset when it started fresh.
+  std::optional<std::string> stopped_by;
+  int restart_count = 0, slurm_restart_count = 0;
+  std::optional<int64_t> resumed_from_step;
 };
 
 // Writes atomically (temporary file then rename). Throws naming the path on failure.

@@ -1,10 +1,11 @@
 // tandem-train: parses flags, runs the job, maps failures to the contract's exit codes
-// (0 success, 2 usage error, 1 any other failure).
+// (0 success, 2 usage error, 1 any other failure, 75 stopped by SIGUSR1 to be resumed).
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <exception>
 
+#include "collectives/init.h"
 #include "collectives/slurm_env.h"
 #include "models/console_log.h"
 #include "models/train_config.h"
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   spdlog::set_pattern("[%H:%M:%S.%e] %l %v");
   try {
-    tandem::run_training(*config);
+    if (tandem::run_training(*config) == tandem::TrainOutcome::stopped_to_resume) return tandem::kExitStoppedToResume;
   } catch (const tandem::UsageError& e) {
     spdlog::error("tandem-train: usage error: {}", e.what());
     return 2;

@@ -3,7 +3,8 @@
 //   Trainer(config)          data, the strategy (parallelize), loaders, schedule, resume
 //   train()                  epochs of train_step until the run's last step; evaluation
 //                            at the end of each epoch, every --eval-every steps and at the
-//                            end; checkpoints; the summary at exit
+//                            end; checkpoints; the summary at exit; SIGUSR1 stops it at a
+//                            step boundary, checkpointed, to be resumed (models/requeue.h)
 //   train_step(micro)        forward_backward_step, the optimizer step, the step's log line
 //   forward_backward_step    the strategy's forward, loss and backward over the micro-batches
 // Timing: a step's wall time runs from fetching its batch to the end of the optimizer
@@ -20,6 +21,7 @@
 
 #include "collectives/fault_injection.h"
 #include "models/progress.h"
+#include "models/requeue.h"
 #include "models/summary.h"
 #include "models/train_config.h"
 #include "models/train_setup.h"
@@ -29,11 +31,16 @@
 
 namespace tandem {
 
+// How a training run ended: at its last step, or stopped by SIGUSR1 with a checkpoint
+// written, to be resumed (main exits kExitStoppedToResume).
+enum class TrainOutcome { finished, stopped_to_resume };
+
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& config);
-  // Trains to the run's last step (or resumes there), then writes the summary.
-  void train();
+  // Trains to the run's last step (or resumes there, or stops early on SIGUSR1), then
+  // writes the summary.
+  TrainOutcome train();
 
  private:
   StepOutput forward_backward_step(std::span<const Batch> micro, PhaseTimes& phases);
@@ -41,10 +48,14 @@ class Trainer {
   void evaluate(const char* when);
   void resume();
   void save();
+  bool stop_agreed();
+  void stop_to_resume();
   void log_start() const;
   RunSummary summary() const;
 
   const TrainConfig& c_;
+  StopSignal stop_signal_;  // first: SIGUSR1 during set-up is seen at the first step
+  const RestartCounts restarts_;
   const int threads_;
   const Device device_;
   TrainData data_;
@@ -67,6 +78,9 @@ class Trainer {
   int64_t step_ = 0;
   LoaderPosition start_;
   int64_t last_saved_step_ = -1;
+  std::optional<int64_t> resumed_from_step_;
+  std::string last_saved_path_;            // rank 0's (the writer's) last checkpoint
+  std::optional<std::string> stopped_by_;  // "SIGUSR1" once the ranks agreed to stop
   int64_t epochs_completed_ = 0;
   int64_t steps_this_run_ = 0;
   double last_loss_ = 0;
@@ -91,6 +105,6 @@ class Trainer {
 
 // Runs the whole job described by `config`: sampling (--sample) or training. Throws on
 // failure (main maps UsageError to exit 2, anything else to 1).
-void run_training(const TrainConfig& config);
+TrainOutcome run_training(const TrainConfig& config);
 
 }  // namespace tandem
