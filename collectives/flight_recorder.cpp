@@ -23,21 +23,25 @@ namespace {
 // Process-wide by nature: a signal reaches the process, not a group. The handler only
 // bumps this counter; recorders compare it with what they last saw.
 std::atomic<uint64_t> g_dump_requests{0};
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "the SIGUSR1 handler needs a lock-free counter");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the dump signals' handler needs a lock-free counter");
 
-void on_sigusr1(int) { g_dump_requests.fetch_add(1, std::memory_order_relaxed); }
+void on_dump_signal(int) { g_dump_requests.fetch_add(1, std::memory_order_relaxed); }
 
 void install_handler_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    struct sigaction old {};
-    if (sigaction(SIGUSR1, nullptr, &old) != 0) return;
-    if (old.sa_handler != SIG_DFL) return;  // the program handles SIGUSR1 itself
-    struct sigaction sa {};
-    sa.sa_handler = on_sigusr1;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &sa, nullptr);
+    // SIGUSR2 is the dump signal (tandemrun's hang analysis sends it); SIGUSR1 too where
+    // the program leaves it alone (tandem-train takes it to stop, to be resumed).
+    for (int sig : {SIGUSR2, SIGUSR1}) {
+      struct sigaction old {};
+      if (sigaction(sig, nullptr, &old) != 0) continue;
+      if (old.sa_handler != SIG_DFL) continue;  // the program handles it itself
+      struct sigaction sa {};
+      sa.sa_handler = on_dump_signal;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_RESTART;
+      sigaction(sig, &sa, nullptr);
+    }
   });
 }
 
@@ -58,8 +62,6 @@ const char* state_name(uint8_t s) {
   return names[s];
 }
 }  // namespace
-
-void request_flight_dumps() { g_dump_requests.fetch_add(1, std::memory_order_relaxed); }
 
 FlightRecorder::FlightRecorder(FlightIdentity identity)
     : id_(std::move(identity)), log_(spdlog::default_logger()), ring_(capacity_from_env()) {

@@ -1,6 +1,7 @@
 // FlightRecorder: the last N collectives of one process group (op, dtype, bytes, seq,
 // enqueue/start/end times, state) in a ring, dumped as JSON when something goes wrong:
-// a collective timeout, a fatal error, SIGUSR1, or tandemrun --hang-timeout-s.
+// a collective timeout, a fatal error, SIGUSR2 (and SIGUSR1 where the program does not
+// handle it: tandem-train does), or tandemrun --hang-timeout-s.
 //
 // Dump format (docs/failures.md; `tandem-trace merge` reads it):
 //   {"format": "tandem-flight-recorder", "version": 1, "rank", "world_size", "node",
@@ -11,7 +12,7 @@
 // several ranks line up.
 //
 // Where: $TANDEM_LOG_DIR/flight-rank<R>.json when set (tandemrun --log-dir sets it),
-// else one line on stderr. SIGUSR1 only raises a flag (async-signal-safe); the group's
+// else one line on stderr. The signal only raises a flag (async-signal-safe); the group's
 // heartbeat thread notices it within one heartbeat interval and writes the dump.
 //
 // Invariant: recording is a few stores under an uncontended mutex per op (ops are
@@ -58,7 +59,7 @@ class FlightRecorder {
   // Writes the dump where the header says; returns the path, or "stderr". Never throws.
   std::string dump(const std::string& reason) const;
 
-  // Whether SIGUSR1 arrived since this recorder last asked (installs the handler on
+  // Whether a dump signal arrived since this recorder last asked (installs the handler on
   // first use, unless the program has its own).
   bool dump_requested();
 
@@ -81,8 +82,5 @@ class FlightRecorder {
   uint64_t recorded_ = 0;
   uint64_t seen_requests_ = 0;
 };
-
-// Requests a dump from every recorder of this process, as SIGUSR1 does.
-void request_flight_dumps();
 
 }  // namespace tandem

@@ -53,11 +53,11 @@ FailureReports::FailureReports(std::string backend, int rank, int size, int node
 
 void FailureReports::on_heartbeat(Store* store) {
   if (!recorder_.dump_requested()) return;
-  recorder_.dump("SIGUSR1");
+  recorder_.dump("signal");
   // Also into the store, where tandemrun's hang analysis reads every rank's dump.
   if (store) {
     try {
-      store->set("flight/" + std::to_string(rank_), recorder_.to_json("SIGUSR1"));
+      store->set("flight/" + std::to_string(rank_), recorder_.to_json("signal"));
     } catch (const std::exception&) {
       // The store is unreachable: the file or stderr copy is what remains.
     }

@@ -49,7 +49,7 @@ class FailureReports {
   RankHealth& health() { return health_; }
   FlightRecorder& recorder() { return recorder_; }
   // Dumps the flight recorder once per group for errors (later calls do nothing);
-  // requested dumps (SIGUSR1) always write.
+  // requested dumps (SIGUSR2, or SIGUSR1) always write.
   void dump_once(const std::string& reason);
 
  private:

@@ -117,7 +117,7 @@ std::string HealthWatch::check_hang(Clock::time_point& last_progress, std::vecto
   std::vector<std::string> dump_keys;
   for (int r = 0; r < o_.world_size; ++r) {
     dump_keys.push_back(key("flight/" + std::to_string(r)));
-    store_->delete_key(dump_keys.back());  // an older dump (an earlier SIGUSR1) is not this one
+    store_->delete_key(dump_keys.back());  // an older dump (an earlier SIGUSR2) is not this one
   }
   {
     std::lock_guard<std::mutex> guard(mutex_);

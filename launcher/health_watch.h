@@ -3,7 +3,7 @@
 //   - writes this node's heartbeat, "tandem/<attempt>/default/health/node/<n>", which lets
 //     a rank tell a node that is cut off (launcher silent too) from a frozen rank;
 //   - with --hang-timeout-s S, reads every rank's heartbeat, and when no rank's step has
-//     moved for S seconds: asks the main loop to send SIGUSR1 to the local workers (each
+//     moved for S seconds: asks the main loop to send SIGUSR2 to the local workers (each
 //     dumps its flight recorder, also into the store as "flight/<rank>"), waits a few
 //     heartbeats for the dumps of the ranks still responding, and hands the main loop
 //     one analysis (launcher/hang_analysis.h). Every node detects the hang from the same
@@ -41,7 +41,7 @@ class HealthWatch {
 
   int fd() const { return event_fd_; }  // readable when take() has something
   struct Events {
-    bool dump_now = false;             // send SIGUSR1 to the local workers
+    bool dump_now = false;             // send SIGUSR2 to the local workers
     std::optional<std::string> hang;   // the analysis: end the attempt
   };
   Events take();

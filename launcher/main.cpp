@@ -62,7 +62,7 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
   LaunchOptions o = flags;
   if (o.hang_timeout.count() > 0) {
     // Heartbeats come only from Tandem's collectives: watching a program that sends none
-    // would report a hang (and SIGUSR1 it) however well it runs.
+    // would report a hang (and SIGUSR2 it) however well it runs.
     const ProgramKind kind = program_kind(program);
     if (!kind.sends_heartbeats) {
       spdlog::warn("--hang-timeout-s {}: {} is {}, so it sends no heartbeats; hang detection is off for this job "

@@ -324,7 +324,7 @@ void Attempt::on_outcome(const OutcomeWatcher::Result& r) {
 void Attempt::on_health(const HealthWatch::Events& e) {
   if (e.dump_now) {
     for (const auto& w : workers_) {
-      if (w.alive) kill(w.pid, SIGUSR1);  // the worker only, not its group
+      if (w.alive) kill(w.pid, SIGUSR2);  // the flight recorder's signal; the worker only, not its group
     }
   }
   if (e.hang && !stopping_) {

@@ -11,7 +11,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "collectives/flight_recorder.h"
 #include "models/train_config.h"
 
 namespace tandem {
@@ -21,10 +20,7 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the SIGUSR1 handler needs a lock-free flag");
 
-void on_sigusr1(int) {
-  g_stop_requested.store(true, std::memory_order_relaxed);
-  request_flight_dumps();  // what SIGUSR1 did before this handler replaced the recorder's
-}
+void on_sigusr1(int) { g_stop_requested.store(true, std::memory_order_relaxed); }
 
 int read_count(const char* name) {
   const char* text = std::getenv(name);

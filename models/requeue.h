@@ -2,10 +2,11 @@
 // "Stopping to be resumed"). Slurm's `--signal=USR1@T` (or `scancel --signal=USR1`)
 // sends SIGUSR1 before the time limit; tandem-train then finishes its step, writes a
 // checkpoint and exits kExitStoppedToResume (collectives/init.h).
-// Invariant: the handler is async-signal-safe: it only sets a lock-free flag and bumps
-// the flight recorders' dump counter (request_flight_dumps), so SIGUSR1 still writes the
-// flight recorder as it did before and tandemrun's --hang-timeout-s dumps still arrive.
-// The training loop reads the flag at a step boundary, never the handler.
+// Invariant: the handler is async-signal-safe: it only sets a lock-free flag, which the
+// training loop reads at a step boundary. It takes SIGUSR1 from the flight recorder
+// (collectives/flight_recorder.h), which tandem-train's dumps then answer on SIGUSR2
+// only, the signal tandemrun's --hang-timeout-s sends; so a requeue writes no dumps, and
+// a hang analysis stops nothing.
 #pragma once
 
 namespace tandem {

@@ -293,7 +293,7 @@ def test_serve_master_port():
 def test_hang_timeout_program_kind():
     # --hang-timeout-s needs heartbeats, which only programs built with Tandem's
     # collectives send: for any other program tandemrun says so and leaves hang
-    # detection off, rather than report a hang (and SIGUSR1 the program) later.
+    # detection off, rather than report a hang (and SIGUSR2 the program) later.
     off = "so it sends no heartbeats; hang detection is off for this job"
     rc, r = run(["--nproc-per-node", "2", "--master-port", "0", "--hang-timeout-s", "30"], ["--mode", "ok"])
     check(rc == 0 and not any(off in l for l in r.err), "a Tandem program keeps hang detection", r)
