@@ -158,10 +158,13 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
              "See docs/launching.md.");
   app.add_option("--nproc-per-node", nproc, "Processes on this node: a number, or 'gpu' for one per visible GPU")
       ->capture_default_str();
-  app.add_option("--nnodes", o.nnodes, "Number of nodes in the job")->capture_default_str();
-  app.add_option("--node-rank", o.node_rank, "This node's rank, 0..nnodes-1 (node 0 hosts the store)")
+  app.add_option("--nnodes", o.nnodes, "Number of nodes in the job (run by srun: the step's)")
       ->capture_default_str();
-  app.add_option("--master-addr", o.master_addr, "Address of node 0, where the store listens")
+  app.add_option("--node-rank", o.node_rank,
+                 "This node's rank, 0..nnodes-1 (node 0 hosts the store; run by srun: SLURM_NODEID)")
+      ->capture_default_str();
+  app.add_option("--master-addr", o.master_addr,
+                 "Address of node 0, where the store listens (run by srun: the step's first host)")
       ->capture_default_str();
   app.add_option("--master-port", o.master_port,
                  "Port of tandemrun's store on node 0, TANDEM_STORE_PORT (0: pick a free one; single node only); "

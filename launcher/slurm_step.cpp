@@ -22,7 +22,7 @@ std::string apply_slurm_step(LaunchOptions& o, const std::set<std::string>& expl
                      std::to_string(step.world_size) + " tasks on " + std::to_string(step.node_count) +
                      (step.node_count == 1 ? " node" : " nodes") +
                      ": start it with srun --ntasks-per-node=1 tandemrun --nproc-per-node N ..., or start "
-                     "the replicas themselves with srun and no tandemrun (docs/launching.md, \"Under srun\")");
+                     "the replicas themselves with srun and no tandemrun (docs/launching.md, \"Under Slurm\")");
   }
   if (given("--nnodes") && o.nnodes != step.node_count) {
     throw UsageError("--nnodes " + std::to_string(o.nnodes) + " disagrees with this Slurm step's " +

@@ -1,6 +1,7 @@
 // tandem-train's trainer (models/trainer.h): the loop on the public API's strategy.
 #include "models/trainer.h"
 
+#include <signal.h>
 #include <time.h>
 
 #include <unistd.h>
@@ -195,6 +196,10 @@ bool Trainer::stop_agreed() {
 void Trainer::stop_to_resume() {
   stopped_by_ = "SIGUSR1";
   if (last_saved_step_ != step_) save();
+  // From here the run only writes its summary and exits 75. A launcher that ends the whole
+  // step when the first rank exits non-zero (Slurm's KillOnBadExit) would otherwise turn
+  // the later ranks' 75 into 143 with its SIGTERM; SIGKILL still ends a stuck exit.
+  signal(SIGTERM, SIG_IGN);
   if (strategy_->rank() == 0)
     spdlog::warn("SIGUSR1 received: checkpoint at step {} written to {}; exiting {} to be requeued (resume with "
                  "--resume auto)",

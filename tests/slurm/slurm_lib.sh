@@ -20,6 +20,9 @@
 # Without cgroups: proctrack/linuxproc (a step's processes are found by parent pid),
 # task/none, select/cons_tres. SlurmdParameters=config_overrides lets each node claim
 # 2 CPUs whatever the host has. KillOnBadExit=1: a task that dies ends its step.
+# cred_expire=20 (default 120): a requeued job waits that long before it may start again,
+# and a step must launch within it. sched_interval=2 (default 60): the main scheduler's
+# periodic pass, which is what starts a job whose begin time has passed.
 #
 # Node names resolve as on a real cluster: the test runs in a mount namespace of its own
 # (it re-executes itself under `unshare --mount` when sourced), where a private copy of
@@ -161,7 +164,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$d/munge.socket
+AuthInfo=socket=$d/munge.socket,cred_expire=20
 StateSaveLocation=$d/state
 SlurmctldPidFile=$d/slurmctld.pid
 SlurmctldLogFile=$d/slurmctld.log
@@ -174,6 +177,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
+SchedulerParameters=sched_interval=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SwitchType=switch/none
