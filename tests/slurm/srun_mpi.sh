@@ -3,6 +3,7 @@
 # tandem-train --backend mpi` inside an allocation of the test cluster (slurm_lib.sh)
 # must train to the same param_checksum as `mpirun -np 4` on one node. Open MPI 4.1
 # learns its ranks from Slurm's PMIx server (mpi_pmix_v4); no mpirun and no ssh.
+# mpirun inside `salloc -N2` must give the same checksum too.
 # Usage: srun_mpi.sh BIN_DIR. Skips (exit 0, "SKIP: ...") where the cluster cannot start.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/slurm_lib.sh"
@@ -25,6 +26,13 @@ on_ctl timeout 240 mpirun --oversubscribe -np 4 "${TRAIN[@]}" --summary-json "$D
 on_ctl timeout 300 salloc --quiet -N2 --ntasks-per-node=2 \
   srun --mpi=pmix --kill-on-bad-exit=1 "${TRAIN[@]}" --summary-json "$D/srun.json" >"$D/srun.out" 2>&1 ||
   { slurm_fail "srun --mpi=pmix exited $?"; tail -30 "$D/srun.out"; }
+# mpirun inside an allocation: Open MPI finds the allocation's nodes and starts its
+# daemons with srun, then its ranks read mpirun's variables as anywhere else.
+on_ctl timeout 300 salloc --quiet -N2 --ntasks-per-node=2 \
+  mpirun --oversubscribe -np 4 "${TRAIN[@]}" --summary-json "$D/mpirun-alloc.json" >"$D/mpirun-alloc.out" 2>&1 ||
+  { slurm_fail "mpirun inside salloc -N2 exited $?"; tail -30 "$D/mpirun-alloc.out"; }
+same_params "mpirun inside an allocation of 2 nodes x 2 tasks, mpi backend" "$D/reference.json" "$D/mpirun-alloc.json"
+
 # Rank 0's store, made over MPI, must be reachable from node1 by Slurm's name for node0.
 grep -m1 "could not start a store\|cannot reach the store" "$D/srun.out" &&
   slurm_fail "srun --mpi=pmix: a rank went without the mpi backend's store"
