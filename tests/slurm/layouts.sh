@@ -37,4 +37,6 @@ on_ctl timeout 300 sbatch --wait --quiet --chdir "$D" --output "$D/tasks-%j.out"
 rc=$?
 [ "$rc" = 0 ] || { slurm_fail "the one-task-per-replica batch job exited $rc"; tail -30 "$D"/tasks-*.out; }
 same_params "sbatch, one srun task per replica" "$D/reference.json" "$D/tasks.json"
+ls "$D"/job-*.secret 2>/dev/null && slurm_fail "the one-task-per-replica script left its job secret behind"
+grep -q "without a job secret" "$D"/tasks-*.out && slurm_fail "the one-task-per-replica job ran its store without a secret"
 slurm_done
