@@ -46,10 +46,11 @@ STARTED = []  # every tandemrun a test started, killed at exit if still running
 
 
 class Run:
-    """tandemrun in the background; its stdout and stderr lines, with waits on them."""
+    """tandemrun (or `argv`, another program) in the background; its stdout and stderr
+    lines, with waits on them."""
 
-    def __init__(self, flags, worker_args, env=None, program=WORKER):
-        self.args = [TANDEMRUN] + flags + ["--", program] + worker_args
+    def __init__(self, flags, worker_args, env=None, program=WORKER, argv=None):
+        self.args = argv or [TANDEMRUN] + flags + ["--", program] + worker_args
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, stdin=subprocess.DEVNULL)
         STARTED.append(self.proc)
