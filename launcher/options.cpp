@@ -188,7 +188,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   app.add_option("--nnodes", o.nnodes, "Number of nodes in the job (run by srun: the step's)")
       ->capture_default_str();
   app.add_option("--node-rank", o.node_rank,
-                 "This node's rank, 0..nnodes-1 (node 0 hosts the store; run by srun: SLURM_NODEID)")
+                 "This node's rank, 0..nnodes-1 (node 0 hosts the store unless --rdzv-endpoint; run by srun: SLURM_NODEID)")
       ->capture_default_str();
   app.add_option("--master-addr", o.master_addr,
                  "Address of node 0, where the store listens (run by srun: the step's first host)")
@@ -214,7 +214,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
                  "programs built with Tandem's collectives: for others (python3 ...) it warns and stays off")
       ->capture_default_str();
   app.add_option("--job-id", o.job_id,
-                 "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");
+                 "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>, with "
+                 "--rdzv-endpoint tandem-<its port>)");
   app.add_option("--job-secret-file", o.job_secret_file,
                  "File holding the job secret, the same on every node (default: $TANDEM_JOB_SECRET_FILE; a "
                  "single-node job without one makes its own; see docs/security.md)");
