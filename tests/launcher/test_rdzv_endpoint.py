@@ -133,15 +133,20 @@ def test_endpoint_env_ipv6():
     stop_store(store)
 
 
+def paused_job(job, pid_dir):
+    """A tandem-store and two nodes whose 4 workers print "ready" and block."""
+    store, port = start_store(job)
+    runs = nodes(f"127.0.0.1:{port}", job, ["--pid-dir", pid_dir, "--mode", "pause"], ["--grace-s", "1"])
+    for r in runs:
+        r.wait_for(r"ready rank \d+ pid", count=2)
+    return store, port, runs, tl.pids_in(pid_dir, 4)
+
+
 def test_endpoint_node_lost():
     # SIGKILL of node 0's tandemrun: the store survives, so node 1 sees a node failure
     # naming node 0, not a lost store, and stops its workers.
     with tempfile.TemporaryDirectory() as d:
-        store, port = start_store("jobK")
-        runs = nodes(f"127.0.0.1:{port}", "jobK", ["--pid-dir", d, "--mode", "pause"], ["--grace-s", "1"])
-        for r in runs:
-            r.wait_for(r"ready rank \d+ pid", count=2)
-        pids = tl.pids_in(d, 4)
+        store, port, runs, pids = paused_job("jobK", d)
         runs[0].proc.kill()
         rc1 = runs[1].finish()
         runs[0].finish()
@@ -157,11 +162,7 @@ def test_endpoint_node_lost():
         stop_store(store)
     # SIGKILL of the store's host: every node reports the lost store and ends.
     with tempfile.TemporaryDirectory() as d:
-        store, port = start_store("jobL")
-        runs = nodes(f"127.0.0.1:{port}", "jobL", ["--pid-dir", d, "--mode", "pause"], ["--grace-s", "1"])
-        for r in runs:
-            r.wait_for(r"ready rank \d+ pid", count=2)
-        pids = tl.pids_in(d, 4)
+        store, port, runs, pids = paused_job("jobL", d)
         store.proc.kill()
         store.finish()
         for node, r in enumerate(runs):
@@ -175,17 +176,4 @@ def test_endpoint_node_lost():
 TESTS = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
 
 if __name__ == "__main__":
-    name = sys.argv[3]
-    try:
-        TESTS[name]()
-    except tl.Failed as e:
-        print(f"FAIL launcher.{name}: {e}")
-        sys.exit(1)
-    finally:
-        # Whatever is still running was started here: tandemruns (their workers follow by
-        # PR_SET_PDEATHSIG) and tandem-stores, each by its own pid.
-        for proc in tl.STARTED:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    print(f"ok launcher.{name}")
+    tl.main(TESTS)
