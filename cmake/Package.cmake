@@ -74,7 +74,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/include/tandem/tandem.h ${PROJECT_SOURCE_DIR
 # into the export only as link dependencies of the static libraries.
 install(TARGETS tandem_runtime tandem_collectives tandem_fp16 tandem_openblas EXPORT TandemTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS tandem-train tandemrun tandem-ckpt tandem-trace tandem-bench-collectives
+install(TARGETS tandem-train tandemrun tandem-store tandem-ckpt tandem-trace tandem-bench-collectives
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/data/tinyshakespeare.txt DESTINATION ${CMAKE_INSTALL_DATADIR}/tandem/data)
 

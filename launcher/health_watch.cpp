@@ -46,6 +46,7 @@ HealthWatch::Events HealthWatch::take() {
   Events e = pending_;
   pending_.dump_now = false;
   pending_.hang.reset();
+  pending_.node_lost.reset();
   return e;
 }
 
@@ -61,8 +62,9 @@ std::string HealthWatch::key(const std::string& name) const {
 void HealthWatch::run() {
   auto last_progress = Clock::now();
   std::vector<int64_t> steps(static_cast<size_t>(o_.world_size), -1);
-  bool warned = false, fired = false;
+  bool warned = false, fired = false, node_fired = false;
   const std::string host = this_host();
+  const auto started = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     lock.unlock();
@@ -77,6 +79,15 @@ void HealthWatch::run() {
           notify();
         }
       }
+      if (o_.node_lost_after > milliseconds(0) && o_.nnodes > 1 && !node_fired) {
+        std::string lost = check_nodes(started);
+        if (!lost.empty()) {
+          node_fired = true;
+          std::lock_guard<std::mutex> guard(mutex_);
+          pending_.node_lost = lost;
+          notify();
+        }
+      }
       warned = false;
     } catch (const std::exception& e) {
       if (!warned) spdlog::warn("health watch: the store is unreachable: {}", e.what());
@@ -85,6 +96,27 @@ void HealthWatch::run() {
     lock.lock();
     cv_.wait_for(lock, interval_, [&] { return stop_; });
   }
+}
+
+// Empty while every other node's heartbeat is fresh; else which node fell silent. A node
+// that never wrote one counts from this watch's start.
+std::string HealthWatch::check_nodes(Clock::time_point started) {
+  std::vector<std::string> keys;
+  for (int n = 0; n < o_.nnodes; ++n) keys.push_back(key("health/node/" + std::to_string(n)));
+  const auto values = store_->read_aged(keys);
+  const auto watched = std::chrono::duration_cast<milliseconds>(Clock::now() - started);
+  for (int n = 0; n < o_.nnodes; ++n) {
+    if (n == o_.node) continue;
+    const milliseconds silent = values[n] ? values[n]->age : watched;
+    if (silent <= o_.node_lost_after) continue;
+    // "host pid P" from the launchers' registration (launcher/rendezvous.h).
+    const auto who = store_->try_get("tandemrun/node/" + std::to_string(n));
+    return "node " + std::to_string(n) + "'s tandemrun" + (who ? " (" + *who + ")" : std::string()) +
+           (values[n] ? " stopped writing its heartbeat to the store " : " wrote no heartbeat to the store for ") +
+           std::to_string(silent.count() / 1000) + " s" + (values[n] ? " ago" : "") +
+           ": it was killed, or its host or its link to the store went down";
+  }
+  return {};
 }
 
 // Empty while steps progress; the analysis once they have not for --hang-timeout-s.

@@ -7,7 +7,11 @@
 //     dumps its flight recorder, also into the store as "flight/<rank>"), waits a few
 //     heartbeats for the dumps of the ranks still responding, and hands the main loop
 //     one analysis (launcher/hang_analysis.h). Every node detects the hang from the same
-//     heartbeats; the first analysis published becomes the attempt's failure.
+//     heartbeats; the first analysis published becomes the attempt's failure;
+//   - with a node_lost_after (--rdzv-endpoint: the store outlives any node), reads every
+//     other node's heartbeat, and hands the main loop a report naming the first node
+//     whose heartbeat is older than that (its tandemrun was killed, or its host or link
+//     went down), which becomes the attempt's failure like a hang.
 // Invariant: the thread never touches the launcher's state; it publishes through an
 // eventfd and a mutex-guarded result, like OutcomeWatcher.
 #pragma once
@@ -32,6 +36,8 @@ class HealthWatch {
     int world_size = 1;
     int attempt = 0;
     std::chrono::milliseconds hang_timeout{0};  // 0: only the node heartbeat
+    int nnodes = 1;
+    std::chrono::milliseconds node_lost_after{0};  // 0: other nodes are not watched
   };
   // `store` must be a connection of its own (unprefixed).
   HealthWatch(std::shared_ptr<Store> store, Options options);
@@ -43,6 +49,7 @@ class HealthWatch {
   struct Events {
     bool dump_now = false;             // send SIGUSR2 to the local workers
     std::optional<std::string> hang;   // the analysis: end the attempt
+    std::optional<std::string> node_lost;  // which node went silent: end the attempt
   };
   Events take();
 
@@ -50,6 +57,7 @@ class HealthWatch {
   void run();
   void notify();
   std::string key(const std::string& name) const;
+  std::string check_nodes(std::chrono::steady_clock::time_point started);
   std::string check_hang(std::chrono::steady_clock::time_point& last_progress, std::vector<int64_t>& steps);
 
   std::shared_ptr<Store> store_;

@@ -49,10 +49,12 @@ void prepare_job_secret(LaunchOptions& o) {
   } else if (o.nnodes == 1) {
     o.job_secret = store_auth::generate_secret();
   } else {
-    spdlog::warn("no job secret (--job-secret-file or TANDEM_JOB_SECRET_FILE): the store at {}:{} lets in any "
+    spdlog::warn("no job secret (--job-secret-file or TANDEM_JOB_SECRET_FILE): the store at {} lets in any "
                  "process that can reach it and knows the job id '{}', and such a process can read and rewrite "
                  "where the ranks connect; give every node the same secret file (docs/security.md)",
-                 o.master_addr, o.master_port, o.job_id);
+                 o.external_store() ? o.store_host + ":" + std::to_string(o.store_port)
+                                    : o.master_addr + ":" + std::to_string(o.master_port),
+                 o.job_id);
     return;
   }
   o.job_secret_fd = sealed_memfd(o.job_secret);

@@ -1,5 +1,5 @@
 // tandemrun: the launcher (docs/reference.md; docs/launching.md). Parses flags, hosts or
-// joins the job's store, then runs attempts until one succeeds, the job is stopped,
+// joins the job's store (--rdzv-endpoint: a tandem-store elsewhere), then runs attempts until one succeeds, the job is stopped,
 // or --max-restarts is used up.
 //
 // Exit codes: 0 every worker of the job exited 0; 1 the job failed (the first failure
@@ -38,14 +38,20 @@ void print_block(const std::string& text) {
   }
 }
 
-// Node 0 holds the store open until every node has seen the end of `attempt`.
+// Node 0 holds the store open until every node has seen the end of `attempt`. With
+// --rdzv-endpoint nobody closes it, but node 0 still waits, so that its tandemrun ending
+// means every node has read the end: a script may stop tandem-store after that.
 void close_job(const LaunchOptions& o, JobStore& store, int attempt) {
   try {
     store.mark_exited(attempt);
     if (o.node_rank == 0 && o.nnodes > 1) {
       const std::string missing = store.wait_for_exits(attempt, o.grace + kExitWaitMargin);
-      if (!missing.empty()) spdlog::warn("node(s) {} did not confirm the end of the job; closing the store", missing);
+      if (!missing.empty()) {
+        spdlog::warn("node(s) {} did not confirm the end of the job; {}", missing,
+                     o.external_store() ? "ending anyway" : "closing the store");
+      }
     }
+    if (o.node_rank == 0 && o.external_store()) store.mark_ended(attempt);
   } catch (const std::exception& e) {
     spdlog::warn("could not confirm the end of the job through the store: {}", e.what());
   }
@@ -83,9 +89,9 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
       spdlog::info("--master-port 0: the store listens on port {} (TANDEM_STORE_PORT={})", store->port(), store->port());
     }
     if (o.nnodes > 1) {
-      spdlog::info("{} the store of job {} at {}; waiting for {} nodes (up to {} s)",
-                   o.node_rank == 0 ? "hosting" : "joined", o.job_id, store->where(), o.nnodes,
-                   o.rdzv_timeout.count() / 1000.0);
+      spdlog::info("{} the store of job {} at {}{}; waiting for {} nodes (up to {} s)",
+                   o.node_rank == 0 && !o.external_store() ? "hosting" : "joined", o.job_id, store->where(),
+                   o.external_store() ? " (--rdzv-endpoint)" : "", o.nnodes, o.rdzv_timeout.count() / 1000.0);
     }
     store->register_node();
     registered = true;
@@ -109,7 +115,7 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
       }
       const Failure& f = *end.first_failure;
       const bool last = end.kind == AttemptEnd::Kind::stopped || attempt >= o.max_restarts ||
-                        (end.store_lost && o.node_rank == 0);
+                        (end.store_lost && o.node_rank == 0 && !o.external_store());
       print_block((o.max_restarts > 0 ? "attempt " + std::to_string(attempt) + " failed: " : "job failed: ") +
                   report(f));
       if (last) {
@@ -120,8 +126,8 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
         return end.interrupted_by ? 128 + end.interrupted_by : 1;
       }
       if (end.store_lost) {
-        // Cut off from node 0 (a link or the store's node went down): wait for it to come
-        // back, up to --rdzv-timeout-s, and join the restart there.
+        // Cut off from the store (a link, node 0 or tandem-store's host went down): wait
+        // for it to come back, up to --rdzv-timeout-s, and join the restart there.
         spdlog::warn("reconnecting to the store at {} to join attempt {} (up to {:.0f} s)", store->where(), attempt + 1,
                      o.rdzv_timeout.count() / 1000.0);
         store->reconnect();

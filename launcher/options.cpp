@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 #include "launcher/slurm_step.h"
 
@@ -133,6 +134,31 @@ std::string port_list(const std::vector<int>& ports) {
   return s;
 }
 
+std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::string& text) {
+  const std::string form = " (expected HOST:PORT, or [IPV6]:PORT)";
+  std::string host;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      throw UsageError(flag + ": '" + text + "' is not an address" + form);
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos || text.find(':') != colon) {
+      throw UsageError(flag + ": '" + text + "' is not an address" + form);
+    }
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (host.empty()) throw UsageError(flag + ": '" + text + "' has no host" + form);
+  const int p = parse_int(flag, port);
+  if (p < 1 || p > 65535) throw UsageError(flag + ": port " + port + " is not in 1..65535");
+  return {host, p};
+}
+
 std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   // Split at the first `--`: what follows is the program, untouched.
   int split = argc;
@@ -148,6 +174,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   double grace_s = 5;
   double rdzv_timeout_s = 300;
   double hang_timeout_s = 0;
+  std::string rdzv_endpoint;
 
   CLI::App app{
       "tandemrun: starts one process per device on every node, hosts the rendezvous store,\n"
@@ -161,7 +188,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   app.add_option("--nnodes", o.nnodes, "Number of nodes in the job (run by srun: the step's)")
       ->capture_default_str();
   app.add_option("--node-rank", o.node_rank,
-                 "This node's rank, 0..nnodes-1 (node 0 hosts the store; run by srun: SLURM_NODEID)")
+                 "This node's rank, 0..nnodes-1 (node 0 hosts the store unless --rdzv-endpoint; run by srun: SLURM_NODEID)")
       ->capture_default_str();
   app.add_option("--master-addr", o.master_addr,
                  "Address of node 0, where the store listens (run by srun: the step's first host)")
@@ -170,6 +197,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
                  "Port of tandemrun's store on node 0, TANDEM_STORE_PORT (0: pick a free one; single node only); "
                  "the workers' MASTER_PORT is another port, free on node 0, for the job's rank 0 to serve")
       ->capture_default_str();
+  app.add_option("--rdzv-endpoint", rdzv_endpoint,
+                 "HOST:PORT (or [IPV6]:PORT) of a tandem-store serving this job: every node, node 0 included, "
+                 "joins it there and no node hosts one, so the store outlives any node; not with --master-port");
   app.add_option("--max-restarts", o.max_restarts, "Restart the whole job up to K times after a failure")
       ->capture_default_str();
   app.add_option("--log-dir", o.log_dir, "Also write DIR/attempt<K>/rank<R>.stdout|.stderr");
@@ -184,7 +214,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
                  "programs built with Tandem's collectives: for others (python3 ...) it warns and stays off")
       ->capture_default_str();
   app.add_option("--job-id", o.job_id,
-                 "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>)");
+                 "Job name, the same on every node; the store refuses other jobs (default: tandem-<master-port>, with "
+                 "--rdzv-endpoint tandem-<its port>)");
   app.add_option("--job-secret-file", o.job_secret_file,
                  "File holding the job secret, the same on every node (default: $TANDEM_JOB_SECRET_FILE; a "
                  "single-node job without one makes its own; see docs/security.md)");
@@ -219,6 +250,15 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   std::set<std::string> explicit_flags;
   for (const char* flag : {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id"}) {
     if (app.count(flag)) explicit_flags.insert(flag);
+  }
+  if (app.count("--rdzv-endpoint")) {
+    std::tie(o.store_host, o.store_port) = parse_endpoint("--rdzv-endpoint", rdzv_endpoint);
+    if (app.count("--master-port")) {
+      throw UsageError("--master-port: not with --rdzv-endpoint: --master-port is the port of the store node 0 "
+                       "hosts, and with --rdzv-endpoint nobody hosts one (the workers' MASTER_PORT is still "
+                       "picked free on node 0, as without)");
+    }
+    explicit_flags.insert("--master-port");  // a Slurm step's candidate ports would name node 0's store
   }
   o.slurm_note = apply_slurm_step(o, explicit_flags, process_environment());
   if (o.nnodes < 1) throw UsageError("--nnodes: must be >= 1, not " + std::to_string(o.nnodes));
@@ -257,7 +297,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   if (o.job_id.empty()) {
     // Every node passes the same --master-port, so every node derives the same id. With
     // port 0 there is one node only, and the pid keeps concurrent local jobs apart.
-    o.job_id = o.master_port != 0 ? "tandem-" + std::to_string(o.master_port)
+    // With --rdzv-endpoint the store's port plays that part (tandem-store's default id too).
+    o.job_id = o.external_store() ? "tandem-" + std::to_string(o.store_port)
+               : o.master_port != 0 ? "tandem-" + std::to_string(o.master_port)
                                   : "tandem-local-" + std::to_string(getpid());
   }
   return o;

@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::launcher {
@@ -29,6 +30,10 @@ struct LaunchOptions {
   // hosts the store on the first free one; launcher/slurm_step.h). Empty otherwise.
   std::vector<int> port_candidates;
   std::string slurm_note;  // what was taken from the Slurm step, for the log; "" outside srun
+  // --rdzv-endpoint HOST:PORT: the store is served there (tandem-store) and every node,
+  // node 0 included, joins it; nobody hosts one. Empty host: node 0 hosts it.
+  std::string store_host;
+  int store_port = 0;
   int max_restarts = 0;
   std::string log_dir;                  // empty: no log files
   std::optional<std::set<int>> rank_filter;  // absent: every rank reaches the console
@@ -49,11 +54,15 @@ struct LaunchOptions {
 
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
+  bool external_store() const { return !store_host.empty(); }
   bool shows_rank(int rank) const { return !rank_filter || rank_filter->count(rank) > 0; }
 };
 
 // "20001, 20002": candidate ports, for messages.
 std::string port_list(const std::vector<int>& ports);
+
+// "HOST:PORT" or "[IPV6]:PORT" -> {host, port}; `flag` names the flag in the UsageError.
+std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::string& text);
 
 // Returns nullopt after printing --help (exit 0). Throws UsageError (exit 2).
 std::optional<LaunchOptions> parse_options(int argc, char** argv);

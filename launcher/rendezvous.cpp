@@ -91,7 +91,10 @@ JobStore::JobStore(const LaunchOptions& options, std::function<int()> poll_signa
   // Under srun the port is one of several candidates (launcher/slurm_step.h): node 0
   // takes the first it can bind, the others find it by trying each in turn.
   ports_ = options_.port_candidates.empty() ? std::vector<int>{options_.master_port} : options_.port_candidates;
-  if (options_.node_rank == 0) {
+  if (options_.external_store()) {
+    ports_ = {options_.store_port};  // tandem-store serves it; every node only joins
+    port_ = options_.store_port;
+  } else if (options_.node_rank == 0) {
     StoreServerOptions so;
     so.bind_addr = ipv6 ? "::" : "0.0.0.0";
     so.job_id = options_.job_id;
@@ -123,7 +126,10 @@ JobStore::~JobStore() {
   server_.reset();
 }
 
-std::string JobStore::where() const { return options_.master_addr + ":" + std::to_string(port_); }
+std::string JobStore::where() const {
+  const std::string& host = options_.external_store() ? options_.store_host : options_.master_addr;
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port_);
+}
 
 void JobStore::check_signal() {
   if (const int sig = poll_signal_()) throw Interrupted{sig};
@@ -133,7 +139,9 @@ void JobStore::connect() {
   TcpStoreOptions to;
   // Node 0 reaches its own store over loopback, whatever --master-addr resolves to here.
   const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
-  to.host = options_.node_rank == 0 ? (ipv6 ? "::1" : "127.0.0.1") : options_.master_addr;
+  to.host = options_.external_store() ? options_.store_host
+            : options_.node_rank == 0  ? (ipv6 ? "::1" : "127.0.0.1")
+                                       : options_.master_addr;
   to.job_id = options_.job_id;
   to.secret = options_.job_secret;
   to.op_timeout = kOpTimeout;
@@ -157,11 +165,18 @@ void JobStore::connect() {
           throw RendezvousError("the store at " + where() + " refused node " + std::to_string(options_.node_rank) +
                                 ": " + e.what() +
                                 (ports_.size() > 1 ? " (as did every candidate port: " + port_list(ports_) + ")"
-                                                   : " (another job is using this address: give it another "
-                                                     "--master-port, or the same --job-id as the job you meant "
-                                                     "to join)"));
+                                 : options_.external_store()
+                                     ? " (give tandemrun the --job-id and job secret the tandem-store there was "
+                                       "started with)"
+                                     : " (another job is using this address: give it another "
+                                       "--master-port, or the same --job-id as the job you meant to join)"));
         }
         continue;
+      }
+      if (Clock::now() >= deadline && options_.external_store()) {
+        throw RendezvousError("the store at " + where() + " did not answer within " +
+                              seconds_text(options_.rdzv_timeout) +
+                              " (is tandem-store running there, and reachable from this node?): " + e.what());
       }
       if (Clock::now() >= deadline) {
         throw RendezvousError("node 0 did not join: its store at " + options_.master_addr + " port " +
@@ -184,6 +199,13 @@ std::string JobStore::key(int attempt, const std::string& name) const {
 }
 
 void JobStore::register_node() {
+  // A long-lived tandem-store may still hold an earlier run of this job id; its keys
+  // (the start decisions, the outcomes) would mislead this run, so it is refused.
+  if (auto ended = store_->try_get("ended")) {
+    throw RendezvousError("job " + options_.job_id + " already ran to its end on the store at " + where() + " (" +
+                          *ended + "); a store serves one run of a job: give this run a new --job-id (and "
+                          "tandem-store the same), or restart tandem-store");
+  }
   const std::string config = "--nnodes " + std::to_string(options_.nnodes) + " --nproc-per-node " +
                              std::to_string(options_.nproc_per_node) + " --max-restarts " +
                              std::to_string(options_.max_restarts);
@@ -196,7 +218,11 @@ void JobStore::register_node() {
   const std::string holder = store_->compare_set("node/" + std::to_string(options_.node_rank), "", me);
   if (holder != me) {
     throw RendezvousError("node rank " + std::to_string(options_.node_rank) + " is already taken by the tandemrun on " +
-                          holder + " (two nodes were given the same --node-rank)");
+                          holder + " (two nodes were given the same --node-rank" +
+                          (options_.external_store() ? ", or an earlier run of job " + options_.job_id +
+                                                           " that did not end cleanly left its keys in the store: "
+                                                           "give this run a new --job-id, or restart tandem-store)"
+                                                     : std::string(")")));
   }
 }
 
@@ -299,6 +325,11 @@ std::optional<std::string> JobStore::first_failure(int attempt) { return store_-
 
 void JobStore::mark_exited(int attempt) {
   store_->set(key(attempt, "exit/" + std::to_string(options_.node_rank)), this_host());
+}
+
+void JobStore::mark_ended(int attempt) {
+  store_->compare_set("ended", "", "attempt " + std::to_string(attempt) + " ended; node 0 was " + this_host() +
+                                       " pid " + std::to_string(getpid()));
 }
 
 std::string JobStore::wait_for_exits(int attempt, milliseconds timeout) {

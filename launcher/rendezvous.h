@@ -1,6 +1,7 @@
-// The launchers' side of the store: node 0 hosts it (the workers' process groups
-// rendezvous there too), every node's tandemrun joins it, and the nodes agree through
-// it on when an attempt starts and how it ended.
+// The launchers' side of the store: node 0 hosts it, or with --rdzv-endpoint a
+// tandem-store on another host serves it (the workers' process groups rendezvous there
+// too); every node's tandemrun joins it, and the nodes agree through it on when an
+// attempt starts and how it ended.
 //
 // Keys, all under "tandemrun/" so they never meet the workers' keys:
 //   config              the flags that must match on every node (first node sets it)
@@ -14,6 +15,10 @@
 //   a<k>/outcome        "ok" | "failed" | "stopped": attempt k is over (first writer wins)
 //   a<k>/ok_nodes       count of nodes whose workers all exited 0; the last sets outcome "ok"
 //   a<k>/exit/<r>       node r has reaped its workers and read the outcome
+//   a<k>/alive/<r>      node r's lease, "host pid", rewritten every second while attempt
+//                       k runs (--rdzv-endpoint only; launcher/node_lease.h)
+//   ended               node 0 closed the job: a later run of the same job id on a
+//                       long-lived store is refused instead of reading these keys
 // Invariant: every wait has a deadline and returns at least once a second to look for
 // a termination signal, so Ctrl-C works during a rendezvous too.
 #pragma once
@@ -44,7 +49,7 @@ struct Interrupted {
 class JobStore {
  public:
   // Node 0 hosts the store (throws RendezvousError naming the port when it is busy) and
-  // connects to it; other nodes connect, retrying until --rdzv-timeout-s. `poll_signal`
+  // connects to it, unless --rdzv-endpoint names one; other nodes connect, retrying until --rdzv-timeout-s. `poll_signal`
   // returns a termination signal that arrived (0 if none); seeing one throws Interrupted.
   JobStore(const LaunchOptions& options, std::function<int()> poll_signal);
   ~JobStore();
@@ -53,10 +58,10 @@ class JobStore {
   // After the store was lost (a network fault): connects again, retrying until
   // --rdzv-timeout-s, so this node can join the next attempt. Throws RendezvousError.
   void reconnect() { connect(); }
-  std::string where() const;  // "10.0.0.1:29500"
+  std::string where() const;  // "10.0.0.1:29500", "[fd00::1]:29500"
 
-  // Checks that the nodes agree on the flags and that no other tandemrun holds this
-  // node rank. Throws RendezvousError.
+  // Checks that the nodes agree on the flags, that no other tandemrun holds this node
+  // rank and that the job did not already end on this store. Throws RendezvousError.
   void register_node();
   // Returns when node 0 has seen every node ready for `attempt`. Throws RendezvousError
   // naming the missing node ranks after --rdzv-timeout-s, or Interrupted.
@@ -74,6 +79,8 @@ class JobStore {
   void node_succeeded(int attempt);
   std::optional<std::string> first_failure(int attempt);
   void mark_exited(int attempt);
+  // Node 0, at the very end: the job is over (see "ended" above).
+  void mark_ended(int attempt);
   // Node 0, before closing the store: waits (bounded by `timeout`) until every node
   // that joined `attempt` has read its outcome. Returns the nodes that did not.
   std::string wait_for_exits(int attempt, std::chrono::milliseconds timeout);

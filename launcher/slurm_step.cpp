@@ -45,7 +45,8 @@ std::string apply_slurm_step(LaunchOptions& o, const std::set<std::string>& expl
   }
   if (!given("--master-addr")) {
     o.master_addr = step.master_addr;
-    took += "; the store on " + o.master_addr + " (first host of SLURM_STEP_NODELIST)";
+    took += std::string(o.external_store() ? "; node 0 (MASTER_ADDR) is " : "; the store on ") + o.master_addr +
+            " (first host of SLURM_STEP_NODELIST)";
   }
   if (!given("--master-port")) {
     o.master_port = step.port_candidates.front();

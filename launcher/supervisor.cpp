@@ -35,6 +35,10 @@ constexpr milliseconds kIdleWake{1000};
 // After the workers are reaped, how long to keep reading pipes that a stray
 // descendant outside the worker's group may still hold open.
 constexpr milliseconds kDrainLimit{1000};
+// --rdzv-endpoint: a node whose heartbeat (written every second) is older than this is
+// reported lost. As long as the store's own call timeout (rendezvous.cpp), so a node cut
+// off from the store has noticed by then as well.
+constexpr milliseconds kNodeLostAfter{std::chrono::seconds(10)};
 
 struct LocalWorker {
   int local_rank = 0;
@@ -327,12 +331,13 @@ void Attempt::on_health(const HealthWatch::Events& e) {
       if (w.alive) kill(w.pid, SIGUSR2);  // the flight recorder's signal; the worker only, not its group
     }
   }
-  if (e.hang && !stopping_) {
+  const std::optional<std::string>& why = e.hang ? e.hang : e.node_lost;
+  if (why && !stopping_ && !outcome_) {
     Failure f;
     f.attempt = attempt_;
     f.node = o_.node_rank;
     f.host = host_;
-    f.reason = *e.hang;
+    f.reason = *why;
     local_failure_ = f;
     publish(f, "failed");
     begin_stop(SIGTERM);
@@ -376,6 +381,10 @@ AttemptEnd Attempt::run() {
     ho.world_size = o_.world_size();
     ho.attempt = attempt_;
     ho.hang_timeout = o_.hang_timeout;
+    ho.nnodes = o_.nnodes;
+    // With the store on its own host a dead node no longer takes the store along: its
+    // silent heartbeat is how the other nodes learn of it.
+    if (o_.external_store()) ho.node_lost_after = kNodeLostAfter;
     health_ = std::make_unique<HealthWatch>(store_.workers_connection(), ho);
   } catch (const std::exception& e) {
     store_error_ = e.what();
@@ -467,7 +476,8 @@ AttemptEnd Attempt::result() {
     f.node = o_.node_rank;
     f.host = host_;
     f.reason = "node " + std::to_string(o_.node_rank) + " lost the job's store at " + store_.where() + " (" +
-               store_error_ + "); node 0's tandemrun may have ended";
+               store_error_ + (o_.external_store() ? "); the store's host (tandem-store) may be down or cut off"
+                                                   : "); node 0's tandemrun may have ended");
     end.first_failure = f;
   }
   return end;

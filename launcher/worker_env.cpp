@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchOp
       {"NODE_RANK", std::to_string(o.node_rank)},
       {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(master_port)},
-      {"TANDEM_STORE_ADDR", o.master_addr},
+      {"TANDEM_STORE_ADDR", o.external_store() ? o.store_host : o.master_addr},
       {"TANDEM_STORE_PORT", std::to_string(store_port)},
       {"TANDEM_RESTART_COUNT", std::to_string(attempt)},
       {"TANDEM_JOB_ID", o.job_id},

@@ -5,7 +5,8 @@
 //     TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID
 //     TORCHELASTIC_USE_AGENT_STORE=False
 //   OMP_NUM_THREADS as torchrun sets it, OPENBLAS_NUM_THREADS as Tandem does (see below)
-// Two stores: TANDEM_STORE_ADDR:TANDEM_STORE_PORT is tandemrun's (TANDEM_STORE_HOSTED=1
+// Two stores: TANDEM_STORE_ADDR:TANDEM_STORE_PORT is tandemrun's, or with --rdzv-endpoint
+// the tandem-store's (TANDEM_STORE_HOSTED=1
 // tells collectives' init_process_group that rank 0 must not host one), while
 // MASTER_ADDR:MASTER_PORT is a port node 0 found free for the job's own processes to
 // serve, as rank 0 of a PyTorch job does with its TCPStore (torchrun's agent store speaks

@@ -46,10 +46,11 @@ STARTED = []  # every tandemrun a test started, killed at exit if still running
 
 
 class Run:
-    """tandemrun in the background; its stdout and stderr lines, with waits on them."""
+    """tandemrun (or `argv`, another program) in the background; its stdout and stderr
+    lines, with waits on them."""
 
-    def __init__(self, flags, worker_args, env=None, program=WORKER):
-        self.args = [TANDEMRUN] + flags + ["--", program] + worker_args
+    def __init__(self, flags, worker_args, env=None, program=WORKER, argv=None):
+        self.args = argv or [TANDEMRUN] + flags + ["--", program] + worker_args
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, stdin=subprocess.DEVNULL)
         STARTED.append(self.proc)
@@ -697,12 +698,11 @@ def test_kill_training():
     assert_no_survivor(dict(enumerate(pids)), "SIGKILL of one training rank", r)
 
 
-TESTS = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
-
-if __name__ == "__main__":
+def main(tests):
+    """Runs the test named by argv[3] from `tests` (name -> function); exit 0 or 1."""
     name = sys.argv[3]
     try:
-        TESTS[name]()
+        tests[name]()
     except Skip as e:
         print(f"SKIP: launcher.{name}: {e}")
         sys.exit(0)
@@ -710,10 +710,17 @@ if __name__ == "__main__":
         print(f"FAIL launcher.{name}: {e}")
         sys.exit(1)
     finally:
-        # A failed test may leave a tandemrun running: SIGKILL takes its workers along
+        # A failed test may leave a tandemrun (or a tandem-store) running: each goes by
+        # the pid it was started with, and SIGKILL takes a tandemrun's workers along
         # (PR_SET_PDEATHSIG), so nothing outlives the test.
         for proc in STARTED:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
     print(f"ok launcher.{name}")
+
+
+TESTS = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
+
+if __name__ == "__main__":
+    main(TESTS)

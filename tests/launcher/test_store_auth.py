@@ -162,15 +162,4 @@ def test_auth_flood():
 TESTS = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
 
 if __name__ == "__main__":
-    name = sys.argv[3]
-    try:
-        TESTS[name]()
-    except tl.Failed as e:
-        print(f"FAIL launcher.{name}: {e}")
-        sys.exit(1)
-    finally:
-        for proc in tl.STARTED:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    print(f"ok launcher.{name}")
+    tl.main(TESTS)
