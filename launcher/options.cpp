@@ -181,7 +181,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
       "prefixes every output line with [node:rank], and stops the whole job when one process fails.",
       "tandemrun"};
   app.footer("Everything after -- is the program and its arguments: tandemrun [OPTIONS] -- PROGRAM [ARGS...]\n"
-             "Exit codes: 0 success, 1 the job failed, 2 usage error, 128+N stopped by signal N. "
+             "Exit codes: 0 success, 1 the job failed, 2 usage error, 75 every worker stopped to be resumed "
+             "(SIGUSR1, passed on), 128+N stopped by signal N. "
              "See docs/launching.md.");
   app.add_option("--nproc-per-node", nproc, "Processes on this node: a number, or 'gpu' for one per visible GPU")
       ->capture_default_str();
