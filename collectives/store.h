@@ -125,6 +125,10 @@ class TcpStore : public Store {
   std::string describe() const override;
 
   const TcpStoreOptions& options() const { return options_; }
+  // This end's address on the connection ("10.0.0.2", "fd00::2"): the address by which
+  // the store's host reaches this one, and so, on a flat network, every peer. Empty if
+  // the socket cannot say.
+  std::string local_address() const;
 
  private:
   struct Reply;

@@ -3,6 +3,7 @@
 // and write), so no call can hang; a failed or timed-out exchange closes the
 // connection, since a late reply would otherwise be read as the next call's answer.
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -212,6 +213,17 @@ TcpStore::~TcpStore() {
 std::string TcpStore::describe() const {
   return "store at " + options_.host + ":" + std::to_string(options_.port) + " (job " +
          options_.job_id + ")";
+}
+
+std::string TcpStore::local_address() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (fd_ < 0 || getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return {};
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = addr.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr)
+                                               : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr);
+  if (!inet_ntop(addr.ss_family, raw, text, sizeof(text))) return {};
+  return text;
 }
 
 std::shared_ptr<Store> TcpStore::clone(milliseconds timeout) const {

@@ -9,7 +9,11 @@
 // read the job's end, so no node is left guessing.
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <exception>
 
 #include "collectives/init.h"
@@ -57,6 +61,103 @@ void close_job(const LaunchOptions& o, JobStore& store, int attempt) {
   }
 }
 
+std::string seconds_since(std::chrono::steady_clock::time_point t) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f s",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+  return text;
+}
+
+// Elastic (--nnodes MIN:MAX; docs/elastic.md): one generation after another, each with
+// the nodes its rendezvous admitted, until one ends ok, the job is stopped or preempted,
+// or the rendezvous refuses (too few nodes, --max-restarts used up). Recovery is from
+// the newest checkpoint: the workers restart at the new world size.
+int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& signals, Console& console,
+                    const std::string& program) {
+  LaunchOptions go = o;
+  std::optional<std::chrono::steady_clock::time_point> ended_at;  // of the generation before
+  std::string history;
+  const auto record = [&](int g, const std::string& how) {
+    history += (history.empty() ? "" : "; ") + std::string("generation ") + std::to_string(g) + ": " +
+               std::to_string(go.nnodes) + " node(s), " + how;
+  };
+  int g = 0;
+  try {
+    for (;; ++g) {
+      const Generation gen = store.join_generation(g);
+      g = gen.number;
+      go.nnodes = static_cast<int>(gen.members.size());
+      go.node_rank = gen.node_rank;
+      go.master_addr = gen.members.front().addr;
+      spdlog::info("generation {}: {} node(s) ({}); this is node {}, ranks {}..{} of {}{}{}{}", g, go.nnodes,
+                   [&] {
+                     std::string s;
+                     for (const auto& m : gen.members) s += (s.empty() ? "" : ", ") + m.host;
+                     return s;
+                   }(),
+                   go.node_rank, go.global_rank(0), go.global_rank(go.nproc_per_node - 1), go.world_size(),
+                   gen.change.empty() ? "" : "; " + gen.change,
+                   ended_at ? "; formed " + seconds_since(*ended_at) + " after generation " + std::to_string(g - 1) +
+                                  " ended"
+                            : "",
+                   g > 0 ? " (membership changes " + std::to_string(gen.membership_changes) + ", failure restarts " +
+                               std::to_string(gen.failure_restarts) + " of --max-restarts " +
+                               std::to_string(o.max_restarts) + ")"
+                         : "");
+      const AttemptEnd end = run_attempt(go, store, signals, console, program, g);
+      ended_at = std::chrono::steady_clock::now();
+      if (end.kind == AttemptEnd::Kind::ok) {
+        record(g, "ok");
+        spdlog::info("elastic history: {}", history);
+        close_job(go, store, g);
+        return 0;
+      }
+      if (end.kind == AttemptEnd::Kind::resume && !store.preempted(g)) {
+        record(g, "stopped at a checkpoint to admit joining nodes");
+        continue;
+      }
+      if (end.kind == AttemptEnd::Kind::resume) {
+        record(g, "preempted (exit 75)");
+        spdlog::info("elastic history: {}", history);
+        spdlog::warn("the job stopped to be resumed: every rank exited {} after writing its checkpoint; no restart "
+                     "(run the same command with --resume auto to go on)",
+                     kExitStoppedToResume);
+        close_job(go, store, g);
+        return kExitStoppedToResume;
+      }
+      print_block("generation " + std::to_string(g) + " failed: " + report(*end.first_failure));
+      record(g, "failed");
+      if (end.kind == AttemptEnd::Kind::stopped) {
+        spdlog::info("elastic history: {}", history);
+        if (!end.store_lost) close_job(go, store, g);
+        return end.interrupted_by ? 128 + end.interrupted_by : 1;
+      }
+      if (end.store_lost) {
+        spdlog::warn("reconnecting to the store at {} (up to {:.0f} s){}", store.where(),
+                     o.rdzv_timeout.count() / 1000.0,
+                     o.external_store() ? ""
+                                        : ": the store is node 0's, so if node 0 is gone the job ends here (serve "
+                                          "the store with tandem-store and --rdzv-endpoint to survive any node)");
+        store.reconnect();
+      }
+      spdlog::warn("forming generation {} from the nodes still there (--nnodes {}:{})", g + 1, o.nnodes_min,
+                   o.nnodes_max);
+    }
+  } catch (const JobOver& e) {
+    spdlog::info("{}; nothing to do", e.why);
+    return 0;
+  } catch (const Interrupted& i) {
+    spdlog::warn("received {} during the rendezvous; stopping", signal_name(i.signal));
+    return 128 + i.signal;
+  } catch (const RendezvousError& e) {
+    if (!history.empty()) spdlog::info("elastic history: {}", history);
+    spdlog::error("{}{}", e.what(),
+                  o.external_store() || o.hosts_store() ? ""
+                  : " (with the store on node 0, an elastic job cannot outlive node 0; see docs/elastic.md)");
+    return signals.first_termination() ? 128 + signals.first_termination() : 1;
+  }
+}
+
 int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) {
   std::string program;
   try {
@@ -88,13 +189,19 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
     if (o.master_port == 0) {
       spdlog::info("--master-port 0: the store listens on port {} (TANDEM_STORE_PORT={})", store->port(), store->port());
     }
-    if (o.nnodes > 1) {
+    if (o.elastic()) {
+      spdlog::info("{} the store of job {} at {}{}; elastic: {} to {} nodes (last call {} s, up to {} s)",
+                   o.hosts_store() ? "hosting" : "joined", o.job_id, store->where(),
+                   o.external_store() ? " (--rdzv-endpoint)" : "", o.nnodes_min, o.nnodes_max,
+                   o.rdzv_last_call.count() / 1000.0, o.rdzv_timeout.count() / 1000.0);
+    } else if (o.nnodes > 1) {
       spdlog::info("{} the store of job {} at {}{}; waiting for {} nodes (up to {} s)",
                    o.node_rank == 0 && !o.external_store() ? "hosting" : "joined", o.job_id, store->where(),
                    o.external_store() ? " (--rdzv-endpoint)" : "", o.nnodes, o.rdzv_timeout.count() / 1000.0);
     }
     store->register_node();
     registered = true;
+    if (o.elastic()) return run_generations(o, *store, signals, console, program);
     for (;; ++attempt) {
       store->start_attempt(attempt);
       if (o.nnodes > 1 && attempt == 0) {

@@ -63,6 +63,33 @@ std::chrono::milliseconds seconds_flag(const std::string& flag, double s, bool a
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
 }
 
+// --nnodes N, or MIN:MAX (elastic). Elastic node ranks are the rendezvous's to assign:
+// only the node that hosts the store names itself, as --node-rank 0.
+void parse_nnodes(const std::string& text, bool node_rank_given, bool endpoint, LaunchOptions& o) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    o.nnodes = parse_int("--nnodes", text);
+    return;
+  }
+  o.nnodes_min = parse_int("--nnodes", text.substr(0, colon));
+  o.nnodes_max = parse_int("--nnodes", text.substr(colon + 1));
+  if (o.nnodes_min < 1 || o.nnodes_max < o.nnodes_min) {
+    throw UsageError("--nnodes " + text + ": MIN:MAX needs 1 <= MIN <= MAX");
+  }
+  o.nnodes = o.nnodes_max;
+  if (endpoint && node_rank_given) {
+    throw UsageError("--node-rank: not with --nnodes " + text + " and --rdzv-endpoint: an elastic job's node ranks "
+                     "are assigned at each rendezvous (the oldest member is node 0)");
+  }
+  if (!endpoint && node_rank_given && o.node_rank != 0) {
+    throw UsageError("--node-rank " + std::to_string(o.node_rank) + ": with --nnodes " + text +
+                     " node ranks are assigned at each rendezvous; give --node-rank 0 only to the node that hosts "
+                     "the store (or serve it with tandem-store and --rdzv-endpoint)");
+  }
+  // Unassigned until the first rendezvous; the store's host stays node 0 throughout.
+  if (!node_rank_given) o.node_rank = -1;
+}
+
 }  // namespace
 
 int visible_cuda_devices(std::string& why) {
@@ -175,6 +202,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   double rdzv_timeout_s = 300;
   double hang_timeout_s = 0;
   std::string rdzv_endpoint;
+  std::string nnodes = "1";
+  double rdzv_last_call_s = 5;
 
   CLI::App app{
       "tandemrun: starts one process per device on every node, hosts the rendezvous store,\n"
@@ -186,10 +215,17 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
              "See docs/launching.md.");
   app.add_option("--nproc-per-node", nproc, "Processes on this node: a number, or 'gpu' for one per visible GPU")
       ->capture_default_str();
-  app.add_option("--nnodes", o.nnodes, "Number of nodes in the job (run by srun: the step's)")
+  app.add_option("--nnodes", nnodes,
+                 "Number of nodes in the job (run by srun: the step's), or MIN:MAX for an elastic job that goes on "
+                 "when nodes leave or join (docs/elastic.md)")
       ->capture_default_str();
   app.add_option("--node-rank", o.node_rank,
-                 "This node's rank, 0..nnodes-1 (node 0 hosts the store unless --rdzv-endpoint; run by srun: SLURM_NODEID)")
+                 "This node's rank, 0..nnodes-1 (node 0 hosts the store unless --rdzv-endpoint; run by srun: "
+                 "SLURM_NODEID). Elastic: ranks are assigned at each rendezvous; give --node-rank 0 only to the "
+                 "node that hosts the store")
+      ->capture_default_str();
+  app.add_option("--rdzv-last-call-s", rdzv_last_call_s,
+                 "Elastic: once MIN nodes have joined, wait this long for more before starting with fewer than MAX")
       ->capture_default_str();
   app.add_option("--master-addr", o.master_addr,
                  "Address of node 0, where the store listens (run by srun: the step's first host)")
@@ -248,6 +284,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
     o.nproc_per_node = parse_int("--nproc-per-node", nproc);
     if (o.nproc_per_node < 1) throw UsageError("--nproc-per-node: must be >= 1 or 'gpu', not " + nproc);
   }
+  parse_nnodes(nnodes, app.count("--node-rank") > 0, app.count("--rdzv-endpoint") > 0, o);
   std::set<std::string> explicit_flags;
   for (const char* flag : {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id"}) {
     if (app.count(flag)) explicit_flags.insert(flag);
@@ -262,12 +299,16 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
     explicit_flags.insert("--master-port");  // a Slurm step's candidate ports would name node 0's store
   }
   o.slurm_note = apply_slurm_step(o, explicit_flags, process_environment());
+  if (o.elastic() && !o.slurm_note.empty()) {
+    throw UsageError("--nnodes " + nnodes + ": an elastic job cannot run as a Slurm step, whose node count is fixed; "
+                     "run it with a fixed --nnodes under srun, or start tandemrun on each node yourself");
+  }
   if (o.nnodes < 1) throw UsageError("--nnodes: must be >= 1, not " + std::to_string(o.nnodes));
   if (static_cast<int64_t>(o.nnodes) * o.nproc_per_node > INT32_MAX) {
     throw UsageError("--nnodes " + std::to_string(o.nnodes) + " x --nproc-per-node " +
                      std::to_string(o.nproc_per_node) + ": more than " + std::to_string(INT32_MAX) + " ranks");
   }
-  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+  if (!o.elastic() && (o.node_rank < 0 || o.node_rank >= o.nnodes)) {
     throw UsageError("--node-rank: " + std::to_string(o.node_rank) + " is not in 0.." +
                      std::to_string(o.nnodes - 1) + " (--nnodes " + std::to_string(o.nnodes) + ")");
   }
@@ -282,6 +323,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   if (o.max_restarts < 0) throw UsageError("--max-restarts: must be >= 0");
   o.grace = seconds_flag("--grace-s", grace_s, true);
   o.rdzv_timeout = seconds_flag("--rdzv-timeout-s", rdzv_timeout_s, false);
+  o.rdzv_last_call = seconds_flag("--rdzv-last-call-s", rdzv_last_call_s, true);
   o.hang_timeout = seconds_flag("--hang-timeout-s", hang_timeout_s, true);
   if (!rank_filter.empty() || app.count("--rank-filter")) {
     o.rank_filter = parse_rank_list(rank_filter, o.world_size());

@@ -22,8 +22,19 @@ class UsageError : public std::runtime_error {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
+  // Nodes in the job. With --nnodes MIN:MAX (elastic) it is the current generation's
+  // count, set by the rendezvous each time (launcher/rendezvous.h); MAX before that.
   int nnodes = 1;
+  // This node's rank, 0..nnodes-1. Elastic: assigned by each generation's rendezvous
+  // (oldest member first); -1 until then, 0 on the node that hosts the store.
   int node_rank = 0;
+  // --nnodes MIN:MAX: the job runs on any count in MIN..MAX and goes on when nodes leave
+  // or join (docs/elastic.md). Both 0 for a fixed --nnodes N.
+  int nnodes_min = 0;
+  int nnodes_max = 0;
+  // --rdzv-last-call-s: an elastic rendezvous with MIN but fewer than MAX nodes waits
+  // this long for more before it closes.
+  std::chrono::milliseconds rdzv_last_call{std::chrono::seconds(5)};
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0: node 0 picks a free one (single node only)
   // Under srun without --master-port: every candidate port, master_port first (node 0
@@ -55,6 +66,10 @@ struct LaunchOptions {
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
   bool external_store() const { return !store_host.empty(); }
+  bool elastic() const { return nnodes_max > 0; }
+  // This tandemrun serves the store: node 0 of a fixed job, or the elastic node started
+  // with --node-rank 0; never with --rdzv-endpoint.
+  bool hosts_store() const { return !external_store() && node_rank == 0; }
   bool shows_rank(int rank) const { return !rank_filter || rank_filter->count(rank) > 0; }
 };
 

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "launcher/failure.h"
 #include "launcher/worker_process.h"
 
@@ -86,7 +88,7 @@ int free_port(bool ipv6) {
 }  // namespace
 
 JobStore::JobStore(const LaunchOptions& options, std::function<int()> poll_signal)
-    : options_(options), poll_signal_(std::move(poll_signal)) {
+    : options_(options), poll_signal_(std::move(poll_signal)), nnodes_(options.nnodes), node_rank_(options.node_rank) {
   const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
   // Under srun the port is one of several candidates (launcher/slurm_step.h): node 0
   // takes the first it can bind, the others find it by trying each in turn.
@@ -94,7 +96,7 @@ JobStore::JobStore(const LaunchOptions& options, std::function<int()> poll_signa
   if (options_.external_store()) {
     ports_ = {options_.store_port};  // tandem-store serves it; every node only joins
     port_ = options_.store_port;
-  } else if (options_.node_rank == 0) {
+  } else if (options_.hosts_store()) {
     StoreServerOptions so;
     so.bind_addr = ipv6 ? "::" : "0.0.0.0";
     so.job_id = options_.job_id;
@@ -140,7 +142,7 @@ void JobStore::connect() {
   // Node 0 reaches its own store over loopback, whatever --master-addr resolves to here.
   const bool ipv6 = options_.master_addr.find(':') != std::string::npos;
   to.host = options_.external_store() ? options_.store_host
-            : options_.node_rank == 0  ? (ipv6 ? "::1" : "127.0.0.1")
+            : options_.hosts_store()   ? (ipv6 ? "::1" : "127.0.0.1")
                                        : options_.master_addr;
   to.job_id = options_.job_id;
   to.secret = options_.job_secret;
@@ -162,7 +164,8 @@ void JobStore::connect() {
       if (!is_connect_failure(e)) {
         refusals[k] = e.what();
         if (std::count(refusals.begin(), refusals.end(), std::string()) == 0) {
-          throw RendezvousError("the store at " + where() + " refused node " + std::to_string(options_.node_rank) +
+          throw RendezvousError("the store at " + where() + " refused " +
+                                (options_.node_rank >= 0 ? "node " + std::to_string(options_.node_rank) : "this node") +
                                 ": " + e.what() +
                                 (ports_.size() > 1 ? " (as did every candidate port: " + port_list(ports_) + ")"
                                  : options_.external_store()
@@ -206,15 +209,25 @@ void JobStore::register_node() {
                           *ended + "); a store serves one run of a job: give this run a new --job-id (and "
                           "tandem-store the same), or restart tandem-store");
   }
-  const std::string config = "--nnodes " + std::to_string(options_.nnodes) + " --nproc-per-node " +
+  const std::string config = "--nnodes " +
+                             (options_.elastic() ? std::to_string(options_.nnodes_min) + ":" +
+                                                       std::to_string(options_.nnodes_max)
+                                                 : std::to_string(options_.nnodes)) +
+                             " --nproc-per-node " +
                              std::to_string(options_.nproc_per_node) + " --max-restarts " +
                              std::to_string(options_.max_restarts);
   const std::string held = store_->compare_set("config", "", config);
   if (held != config) {
-    throw RendezvousError("node " + std::to_string(options_.node_rank) + " was started with " + config +
+    throw RendezvousError((options_.node_rank >= 0 ? "node " + std::to_string(options_.node_rank) : "this node") +
+                          " was started with " + config +
                           " but the job's other nodes with " + held + "; every node needs the same flags");
   }
   const std::string me = this_host() + " pid " + std::to_string(getpid());
+  if (options_.elastic() && !options_.hosts_store()) {
+    elastic_id_ = store_->add("seq", 1);  // the store's host is 0; the others count from 1
+    return;
+  }
+  if (options_.elastic()) elastic_id_ = 0;
   const std::string holder = store_->compare_set("node/" + std::to_string(options_.node_rank), "", me);
   if (holder != me) {
     throw RendezvousError("node rank " + std::to_string(options_.node_rank) + " is already taken by the tandemrun on " +
@@ -316,7 +329,7 @@ std::string JobStore::publish_failure(int attempt, const std::string& failure, c
 void JobStore::publish_stopped(const std::string& why) { store_->compare_set("stopped", "", why); }
 
 void JobStore::node_succeeded(int attempt) {
-  if (store_->add(key(attempt, "ok_nodes"), 1) == options_.nnodes) {
+  if (store_->add(key(attempt, "ok_nodes"), 1) == nnodes_) {
     store_->compare_set(key(attempt, "outcome"), "", "ok");
   }
 }
@@ -324,7 +337,7 @@ void JobStore::node_succeeded(int attempt) {
 std::optional<std::string> JobStore::first_failure(int attempt) { return store_->try_get(key(attempt, "failure")); }
 
 void JobStore::mark_exited(int attempt) {
-  store_->set(key(attempt, "exit/" + std::to_string(options_.node_rank)), this_host());
+  store_->set(key(attempt, "exit/" + std::to_string(node_rank_)), this_host());
 }
 
 void JobStore::mark_ended(int attempt) {
@@ -334,7 +347,7 @@ void JobStore::mark_ended(int attempt) {
 
 std::string JobStore::wait_for_exits(int attempt, milliseconds timeout) {
   std::vector<std::string> keys;
-  for (int n = 0; n < options_.nnodes; ++n) {
+  for (int n = 0; n < nnodes_; ++n) {
     const std::string r = std::to_string(n);
     // Only nodes that joined this attempt will report its end.
     if (store_->check({key(attempt, "ready/" + r)})) keys.push_back(key(attempt, "exit/" + r));
@@ -351,6 +364,215 @@ std::string JobStore::wait_for_exits(int attempt, milliseconds timeout) {
         return join(missing);
       }
     }
+  }
+}
+
+// ---- Elastic generations -------------------------------------------------------------
+
+namespace {
+
+// How often a node in an elastic rendezvous looks at the arrivals (and may close it).
+constexpr milliseconds kElasticPoll{200};
+
+nlohmann::json member_json(const ElasticMember& m) { return {{"id", m.id}, {"addr", m.addr}, {"host", m.host}}; }
+
+ElasticMember member_from(const nlohmann::json& j) {
+  return {j.at("id").get<int64_t>(), j.at("addr").get<std::string>(), j.at("host").get<std::string>()};
+}
+
+std::string describe_members(const std::vector<ElasticMember>& ms) {
+  std::string s;
+  for (const auto& m : ms) s += (s.empty() ? "" : ", ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ")";
+  return s;
+}
+
+bool has_id(const std::vector<ElasticMember>& ms, int64_t id) {
+  return std::any_of(ms.begin(), ms.end(), [id](const ElasticMember& m) { return m.id == id; });
+}
+
+}  // namespace
+
+int JobStore::arrivals(int g) { return static_cast<int>(store_->add(key(g, "arrivals"), 0)); }
+
+void JobStore::mark_preempted(int g) { store_->set(key(g, "preempted"), this_host()); }
+
+bool JobStore::preempted(int g) { return store_->check({key(g, "preempted")}); }
+
+std::vector<ElasticMember> JobStore::read_arrivals(int g, int count) {
+  std::vector<ElasticMember> out;
+  for (int n = 0; n < count; ++n) {
+    // A node writes its arrival right after counting itself; one that died in between
+    // never does, and is simply not a member.
+    try {
+      out.push_back(member_from(nlohmann::json::parse(store_->get(key(g, "arrival/" + std::to_string(n)), kElasticPoll))));
+    } catch (const StoreTimeout&) {
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  return out;
+}
+
+// The closing node's decision for generation g over the nodes that arrived (first come,
+// up to MAX), with the job's counts carried from generation g-1.
+std::string JobStore::decide_generation(int g, const std::vector<ElasticMember>& arrived) {
+  std::vector<ElasticMember> members(arrived.begin(),
+                                     arrived.begin() + std::min<size_t>(arrived.size(), options_.nnodes_max));
+  std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  nlohmann::json d = {{"decision", "go"}, {"failure_restarts", 0}, {"membership_changes", 0}, {"change", ""}};
+  if (g > 0) {
+    const auto prev = nlohmann::json::parse(store_->get(key(g - 1, "members"), kOpTimeout));
+    std::vector<ElasticMember> before;
+    for (const auto& m : prev.at("members")) before.push_back(member_from(m));
+    std::string change;
+    bool left = false;
+    for (const auto& m : before) {
+      if (!has_id(members, m.id)) {
+        change += (change.empty() ? "" : "; ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ") left";
+        left = true;
+      }
+    }
+    for (const auto& m : members) {
+      if (!has_id(before, m.id)) {
+        change += (change.empty() ? "" : "; ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ") joined";
+      }
+    }
+    int restarts = prev.at("failure_restarts").get<int>();
+    int changes = prev.at("membership_changes").get<int>() + (change.empty() ? 0 : 1);
+    // A generation that failed while every node stayed is a failure restart; one whose
+    // nodes left is a membership change, counted apart from --max-restarts.
+    if (store_->try_get(key(g - 1, "outcome")) == std::optional<std::string>("failed") && !left) {
+      if (++restarts > options_.max_restarts) {
+        return nlohmann::json{{"decision", "exhausted"},
+                              {"why", "generation " + std::to_string(g - 1) + " failed with every node still present, "
+                                      "and no restart is left (--max-restarts " +
+                                          std::to_string(options_.max_restarts) + "): the job failed"}}
+            .dump();
+      }
+    }
+    d["failure_restarts"] = restarts;
+    d["membership_changes"] = changes;
+    d["change"] = change;
+  }
+  d["members"] = nlohmann::json::array();
+  for (const auto& m : members) d["members"].push_back(member_json(m));
+  return d.dump();
+}
+
+Generation JobStore::accept_generation(int g, const std::string& decision) {
+  const auto d = nlohmann::json::parse(decision);
+  const std::string kind = d.at("decision").get<std::string>();
+  if (kind != "go") throw RendezvousError(d.at("why").get<std::string>());
+  Generation gen;
+  gen.number = g;
+  for (const auto& m : d.at("members")) gen.members.push_back(member_from(m));
+  gen.failure_restarts = d.at("failure_restarts").get<int>();
+  gen.membership_changes = d.at("membership_changes").get<int>();
+  gen.change = d.at("change").get<std::string>();
+  for (size_t i = 0; i < gen.members.size(); ++i) {
+    if (gen.members[i].id == elastic_id_) gen.node_rank = static_cast<int>(i);
+  }
+  return gen;
+}
+
+Generation JobStore::join_generation(int g) {
+  try {
+    // A node that fell behind (cut off, frozen, a late joiner) skips the generations
+    // decided without it; a decision other than "go" ended the job.
+    while (auto decided = store_->try_get(key(g, "members"))) {
+      accept_generation(g, *decided);  // throws on timeout/stopped/exhausted
+      ++g;
+    }
+    ElasticMember me{elastic_id_,
+                     options_.hosts_store() ? options_.master_addr
+                                            : static_cast<const TcpStore&>(*base_).local_address(),
+                     this_host()};
+    const int n = static_cast<int>(store_->add(key(g, "arrivals"), 1)) - 1;
+    store_->set(key(g, "arrival/" + std::to_string(n)), member_json(me).dump());
+    const std::string decision_key = key(g, "members");
+    auto deadline = Clock::now() + options_.rdzv_timeout;
+    std::optional<Clock::time_point> min_since;  // when this node first saw MIN arrivals
+    bool said_waiting = false;
+    for (;;) {
+      std::string decision;
+      try {
+        decision = store_->get(decision_key, kElasticPoll);
+      } catch (const StoreTimeout&) {
+      }
+      if (decision.empty()) {
+        check_signal();
+        if (auto why = store_->try_get("stopped")) {
+          decision = store_->compare_set(decision_key, "",
+                                         nlohmann::json{{"decision", "stopped"},
+                                                        {"why", "the job was stopped before generation " +
+                                                                    std::to_string(g) + " started: " + *why}}
+                                             .dump());
+        }
+      }
+      if (decision.empty() && g > 0 && !store_->check({key(g - 1, "outcome")})) {
+        // Generation g-1 still runs: this node is a joiner, admitted when it ends (its
+        // members see the arrival and stop at their next checkpoint if below MAX).
+        if (!said_waiting) {
+          spdlog::info("generation {} is running; waiting to be admitted to generation {}", g - 1, g);
+          said_waiting = true;
+        }
+        deadline = Clock::now() + options_.rdzv_timeout;
+        continue;
+      }
+      if (decision.empty() && g > 0) {
+        if (store_->try_get(key(g - 1, "outcome")) == std::optional<std::string>("ok")) {
+          throw JobOver{"the job ended with generation " + std::to_string(g - 1) + " before this node was admitted"};
+        }
+      }
+      if (decision.empty()) {
+        const auto arrived = read_arrivals(g, arrivals(g));
+        const int count = static_cast<int>(arrived.size());
+        if (count >= options_.nnodes_min && !min_since) min_since = Clock::now();
+        bool everyone_back = false;
+        if (g > 0 && count >= options_.nnodes_min) {
+          const auto prev = nlohmann::json::parse(store_->get(key(g - 1, "members"), kOpTimeout));
+          everyone_back = std::all_of(prev.at("members").begin(), prev.at("members").end(),
+                                      [&](const nlohmann::json& m) { return has_id(arrived, m.at("id").get<int64_t>()); });
+        }
+        std::string proposal;
+        if (count >= options_.nnodes_max || everyone_back ||
+            (min_since && Clock::now() - *min_since >= options_.rdzv_last_call)) {
+          proposal = decide_generation(g, arrived);
+        } else if (Clock::now() >= deadline) {
+          proposal = nlohmann::json{{"decision", "timeout"},
+                                    {"why", "rendezvous timed out after " + seconds_text(options_.rdzv_timeout) +
+                                                ": " + std::to_string(count) + " of at least " +
+                                                std::to_string(options_.nnodes_min) +
+                                                " nodes joined generation " + std::to_string(g) + " at " + where() +
+                                                (count > 0 ? " (" + describe_members(arrived) + ")" : std::string())}}
+                         .dump();
+        }
+        if (!proposal.empty()) decision = store_->compare_set(decision_key, "", proposal);
+      }
+      if (decision.empty()) continue;
+      Generation gen = accept_generation(g, decision);
+      if (gen.node_rank < 0) {
+        // Closed at MAX without this node: wait for a place in the next one.
+        spdlog::info("generation {} started with {} nodes (the most, --nnodes {}:{}) without this node; waiting for a "
+                     "place", g, gen.members.size(), options_.nnodes_min, options_.nnodes_max);
+        return join_generation(g + 1);
+      }
+      nnodes_ = static_cast<int>(gen.members.size());
+      node_rank_ = gen.node_rank;
+      store_->set(key(g, "ready/" + std::to_string(node_rank_)), this_host());
+      if (node_rank_ == 0) {
+        store_->set("generation", std::to_string(g));
+        const bool ipv6 = gen.members[0].addr.find(':') != std::string::npos;
+        store_->set(key(g, "master_port"), std::to_string(free_port(ipv6)));
+      }
+      master_port_ = std::stoi(store_->get(key(g, "master_port"), kOpTimeout));
+      return gen;
+    }
+  } catch (const StoreTimeout& e) {
+    throw RendezvousError(std::string("the store did not answer during the rendezvous: ") + e.what());
+  } catch (const StoreError& e) {
+    throw RendezvousError(std::string("lost the store during the rendezvous: ") + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw RendezvousError(std::string("malformed rendezvous record in the store: ") + e.what());
   }
 }
 

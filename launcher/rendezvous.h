@@ -19,6 +19,21 @@
 //                       k runs (--rdzv-endpoint only; launcher/node_lease.h)
 //   ended               node 0 closed the job: a later run of the same job id on a
 //                       long-lived store is refused instead of reading these keys
+// Elastic jobs (--nnodes MIN:MAX; docs/elastic.md): attempt k is generation k, and its
+// members are decided by the rendezvous instead of by --node-rank:
+//   seq                 hands out node ids, in the order nodes first registered: a
+//                       node's seniority (the store's host is id 0)
+//   a<g>/arrivals       how many nodes asked to join generation g
+//   a<g>/arrival/<n>    the n-th of them: {"id","addr","host"} (JSON)
+//   a<g>/members        the decision, first writer wins (JSON): "go" with the members,
+//                       oldest first (index = node rank), and the job's counts of
+//                       failure restarts and membership changes; or "timeout",
+//                       "stopped", "exhausted" with a message. Every joined node may
+//                       write it once the rule in join_generation holds, so no node is
+//                       the only one who can decide
+//   generation          the newest generation decided "go"
+// A generation's keys are only read by its members and its joiners: a stale
+// generation's are never consulted again, and rejoining is idempotent.
 // Invariant: every wait has a deadline and returns at least once a second to look for
 // a termination signal, so Ctrl-C works during a rendezvous too.
 #pragma once
@@ -29,6 +44,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "collectives/store.h"
 #include "launcher/options.h"
@@ -44,6 +60,27 @@ class RendezvousError : public std::runtime_error {
 // A termination signal arrived while waiting.
 struct Interrupted {
   int signal;
+};
+
+// The job ended (successfully) before this joining node was admitted.
+struct JobOver {
+  std::string why;
+};
+
+struct ElasticMember {
+  int64_t id = 0;      // seniority: lower joined the job earlier
+  std::string addr;    // its address as the store sees it (its workers' MASTER_ADDR when node 0)
+  std::string host;    // its host name, for messages
+};
+
+// One elastic generation as its rendezvous closed it.
+struct Generation {
+  int number = 0;
+  std::vector<ElasticMember> members;  // oldest first: the index is the node rank
+  int node_rank = -1;                  // this node's
+  int failure_restarts = 0;            // generations so far that failed with no node leaving
+  int membership_changes = 0;          // generations so far that began with other nodes
+  std::string change;                  // "node id 2 (host b) left; ...": empty when none
 };
 
 class JobStore {
@@ -66,6 +103,21 @@ class JobStore {
   // Returns when node 0 has seen every node ready for `attempt`. Throws RendezvousError
   // naming the missing node ranks after --rdzv-timeout-s, or Interrupted.
   void start_attempt(int attempt);
+  // Elastic: joins generation `g`, or the first one after it not yet decided (a node
+  // that fell behind catches up), and returns it once closed with this node in it: at
+  // MAX nodes; at MIN or more once every member of the generation before has arrived,
+  // or --rdzv-last-call-s after MIN arrived; never while the generation before still
+  // runs (a joiner waits for its end). Throws RendezvousError (too few nodes within
+  // --rdzv-timeout-s, --max-restarts used up, the job stopped), JobOver, Interrupted.
+  Generation join_generation(int g);
+  // Elastic: a joiner has arrived for the generation after `g` (the key to watch).
+  std::string joiner_key(int g) const { return key(g + 1, "arrival/0"); }
+  // Elastic: how many nodes have asked to join generation `g`.
+  int arrivals(int g);
+  // Elastic: the job was preempted (SIGUSR1 from outside) in generation `g`: a "resume"
+  // ending is then the job's, not a joiner's admission.
+  void mark_preempted(int g);
+  bool preempted(int g);
   // The workers' MASTER_PORT in the attempt start_attempt began: the port node 0 found
   // free for rank 0 to serve, the same on every node.
   int master_port() const { return master_port_; }
@@ -96,6 +148,9 @@ class JobStore {
   std::string key(int attempt, const std::string& name) const;
   void check_signal();
   void connect();
+  std::vector<ElasticMember> read_arrivals(int g, int count);
+  std::string decide_generation(int g, const std::vector<ElasticMember>& arrived);
+  Generation accept_generation(int g, const std::string& decision);
 
   const LaunchOptions& options_;
   std::function<int()> poll_signal_;
@@ -105,6 +160,10 @@ class JobStore {
   std::vector<int> ports_;  // the candidates until node 0 binds or a node connects
   int port_ = 0;
   int master_port_ = 0;
+  // The attempt's node count and this node's rank in it: the flags', or the generation's.
+  int nnodes_ = 0;
+  int node_rank_ = 0;
+  int64_t elastic_id_ = -1;  // this node's seniority (elastic)
 };
 
 }  // namespace tandem::launcher

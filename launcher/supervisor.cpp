@@ -74,6 +74,7 @@ class Attempt {
   void on_all_exited();
   void on_outcome(const OutcomeWatcher::Result& r);
   void on_health(const HealthWatch::Events& e);
+  void on_joiner();
   void publish(const Failure& f, const std::string& outcome);
   void begin_stop(int sig);
   void kill_remaining();
@@ -91,6 +92,7 @@ class Attempt {
 
   std::unique_ptr<OutputMux> mux_;
   std::unique_ptr<OutcomeWatcher> watcher_;
+  std::unique_ptr<OutcomeWatcher> joiner_watcher_;  // elastic, below MAX: a node asks to join
   std::unique_ptr<HealthWatch> health_;
   std::vector<LocalWorker> workers_;
   bool stopping_ = false;
@@ -264,6 +266,15 @@ void Attempt::on_termination_signal(int sig) {
 }
 
 void Attempt::on_forwarded_signal(int sig) {
+  if (sig == SIGUSR1 && o_.elastic()) {
+    // Preemption from outside (Slurm's --signal): the job stops to be resumed later,
+    // not to admit a joiner.
+    try {
+      store_.mark_preempted(attempt_);
+    } catch (const std::exception& e) {
+      if (store_error_.empty()) store_error_ = e.what();
+    }
+  }
   spdlog::warn("received {}: passing it on to the workers, which keep running{}", signal_name(sig),
                sig == SIGUSR1 ? " (tandem-train stops at its next step boundary with a checkpoint, to be resumed)"
                               : "");
@@ -344,6 +355,24 @@ void Attempt::on_health(const HealthWatch::Events& e) {
   }
 }
 
+void Attempt::on_joiner() {
+  joiner_watcher_.reset();  // once per generation
+  if (stopping_ || outcome_) return;
+  int waiting = 0;
+  try {
+    waiting = store_.arrivals(attempt_ + 1);
+  } catch (const std::exception& e) {
+    if (store_error_.empty()) store_error_ = e.what();
+    return;
+  }
+  spdlog::warn("{} node(s) ask to join (generation {} has {} of at most {} nodes): sending SIGUSR1 to the workers, "
+               "which stop at their next checkpoint; the job goes on with the new nodes from there",
+               waiting, attempt_, o_.nnodes, o_.nnodes_max);
+  for (const auto& w : workers_) {
+    if (w.alive) kill(w.pid, SIGUSR1);  // the worker only: tandem-train stops with a checkpoint, exit 75
+  }
+}
+
 void Attempt::drain_after_exit() {
   const auto deadline = Clock::now() + kDrainLimit;
   for (;;) {
@@ -390,6 +419,14 @@ AttemptEnd Attempt::run() {
     store_error_ = e.what();
     return result();
   }
+  if (o_.elastic() && o_.nnodes < o_.nnodes_max) {
+    try {
+      joiner_watcher_ = std::make_unique<OutcomeWatcher>(store_.connection(), store_.joiner_key(attempt_));
+    } catch (const std::exception& e) {
+      store_error_ = e.what();
+      return result();
+    }
+  }
   spawn_all();
 
   for (;;) {
@@ -405,6 +442,8 @@ AttemptEnd Attempt::run() {
     fds.push_back({signals_.fd(), POLLIN, 0});
     fds.push_back({watcher_->fd(), POLLIN, 0});
     fds.push_back({health_->fd(), POLLIN, 0});
+    // Always present (fd -1 is ignored by poll) so the pipes start at index 4.
+    fds.push_back({joiner_watcher_ ? joiner_watcher_->fd() : -1, POLLIN, 0});
     for (int fd : mux_->open_fds()) fds.push_back({fd, POLLIN, 0});
     milliseconds timeout = kIdleWake;
     if (stopping_ && !killed_) {
@@ -429,7 +468,14 @@ AttemptEnd Attempt::run() {
       [[maybe_unused]] ssize_t r = read(health_->fd(), &n, sizeof(n));
       on_health(health_->take());
     }
-    for (size_t i = 3; i < fds.size(); ++i) {
+    if (fds[3].revents && joiner_watcher_) {
+      if (auto res = joiner_watcher_->result(); res && res->error.empty()) {
+        on_joiner();
+      } else if (res) {
+        joiner_watcher_.reset();  // the outcome watcher reports a lost store
+      }
+    }
+    for (size_t i = 4; i < fds.size(); ++i) {
       if (fds[i].revents) mux_->on_readable(fds[i].fd);
     }
     if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
