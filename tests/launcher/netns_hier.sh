@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hier backend across two "machines" (network namespaces joined by veth,
+# The hier backend across two "machines" (network namespaces on one bridge,
 # netns_lib.sh): tandemrun --nnodes 2 --nproc-per-node 2 on each, running the collectives
 # worker's exact-value `ops` scenario with --backend hier. Each node's ranks share memory;
 # the two leaders all-reduce over gloo across the veth. Both namespaces share a host name

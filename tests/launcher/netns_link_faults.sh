@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Network faults between two "machines" (network namespaces joined by veth, netns_lib.sh)
+# Network faults between two "machines" (network namespaces on one bridge, netns_lib.sh)
 # in the middle of a 2 x 2 DDP job over gloo, node 0 hosting the store:
 #   1. the link goes down: node 0's ranks name node 1 as unreachable, node 1 says the
 #      store is unreachable and at which address; both nodes end (bounded by this
@@ -7,8 +7,9 @@
 #   2. the same under --max-restarts 1, the link coming back once node 0 has seen the
 #      failure: node 1 rejoins (reconnecting if it lost the store), the job resumes from its last checkpoint and ends with
 #      the same parameters as an uninterrupted run.
-# Cutting the only link cuts node 1 off from the store's node, so case 1 shows both
-# messages: "node 1 unreachable" (seen from node 0) and "store unreachable" (from node 1).
+# The cut takes down both nodes' links, as a cut cable between two machines would; it cuts
+# node 1 off from the store's node, so case 1 shows both messages: "node 1 unreachable"
+# (seen from node 0) and "store unreachable" (from node 1).
 # Usage: netns_link_faults.sh BIN_DIR. Skips (exit 0, "SKIP: ...") without netns.
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/netns_lib.sh"
@@ -52,7 +53,7 @@ until_true() {
   return 1
 }
 have_checkpoint() { compgen -G "$1/step-*" >/dev/null; }
-link() { ip -n "$NS1" link set "$VETH1" "$1"; ip -n "$NS0" link set "$VETH0" "$1"; }
+link() { link_node 1 "$1"; link_node 0 "$1"; }
 expect_in() {  # FILE TEXT
   grep -qF -- "$2" "$1" && echo "ok: '$2'" || { fail "$(basename "$1") lacks '$2'"; tail -25 "$1"; }
 }

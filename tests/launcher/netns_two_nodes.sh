@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tandemrun across two "machines" (network namespaces joined by veth, netns_lib.sh):
+# tandemrun across two "machines" (network namespaces on one bridge, netns_lib.sh):
 #   1. 2 nodes x 2 processes, a real gloo all-reduce over the veth: both nodes exit 0
 #      and every rank sees the exact sum;
 #   2. a rank failing on node 1 stops node 0's workers too, and both nodes report it;

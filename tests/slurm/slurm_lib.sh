@@ -86,10 +86,9 @@ slurm_fail_start() {  # WHAT LOG
 # Runs CMD in node N's network namespace. Unlike `ip netns exec`, nsenter keeps the
 # host's /sys mounts (slurmd needs /sys/fs/cgroup even with proctrack/linuxproc) and
 # does not fork.
-node_ns() { if [ "$1" = 0 ]; then echo "$NS0"; else echo "$NS1"; fi; }
 on_node() {
   local ns
-  ns="$(node_ns "$1")"
+  ns="$(ns_name "$1")" || return 2
   shift
   nsenter --net="/run/netns/$ns" "$@"
 }
@@ -100,7 +99,7 @@ on_ctl() { on_node 0 "$@"; }
 # nsenter execs CMD, so the recorded pid is the daemon's.
 start_daemon() {
   local ns log="$2"
-  ns="$(node_ns "$1")"
+  ns="$(ns_name "$1")" || return 2
   shift 2
   nsenter --net="/run/netns/$ns" "$@" 2>>"$log" &
   SLURM_PIDS+=($!)
