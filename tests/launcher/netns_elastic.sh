@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# An elastic job (tandemrun --nnodes 2:3, docs/elastic.md) on three "machines" (network
+# namespaces on a bridge, netns_lib.sh), node 0 hosting the store, one rank per node
+# training over gloo. Node 2 leaves in the middle, two ways:
+#   freeze  every process of node 2 gets SIGSTOP: its peers' collectives time out
+#   cut     node 2's link goes down
+# Each time nodes 0 and 1 form generation 2 of 2 nodes without it and finish from the
+# newest checkpoint with the parameters of a fixed 2-rank run resumed from that same
+# checkpoint; node 2 is then ended (freeze: SIGKILL by pid; cut: it ends alone once its
+# store is gone) and nothing of the job is left in any namespace.
+# No sleep and no timing: node 0's output goes through a pipe this script stops reading
+# at step 150, which holds the job (node 0's rank blocks on its log, the others on their
+# next all-reduce) until node 2 is taken away; then the script reads on.
+# Usage: netns_elastic.sh BIN_DIR. Skips (exit 0, "SKIP: ...") without netns.
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/netns_lib.sh"
+BIN="$1"
+TANDEMRUN="$BIN/tandemrun"
+TRAIN="$BIN/tandem-train"
+FAILED=0
+fail() { echo "FAIL: $*"; FAILED=1; }
+
+[ -x "$TRAIN" ] || netns_skip "tandem-train is not built in $BIN"
+netns_setup 3
+STEPS=2000
+# 4800 samples: 100 steps an epoch at 3 x 16, so every checkpoint converts to 2 ranks.
+JOB=(--mode ddp --backend gloo --data synthetic --synthetic-train 4800 --synthetic-test 512 --model mlp --hidden 64
+     --batch-size 16 --lr 0.02 --no-progress --threads 1 --epochs 1000 --max-steps "$STEPS" --save-every 100
+     --keep-last 0 --collective-timeout-s 5 --seed 3 --log-every 1)
+
+# start TAG: the three nodes' tandemrun in the background; node N's output in
+# $NETNS_TMP/TAG.N (node 0's read from fd $out), its exit code in TAG.rc.N.
+start() {
+  local tag="$1" port n
+  port="$(free_port_in 0)"
+  mkfifo "$NETNS_TMP/$tag.fifo"
+  for n in 0 1 2; do
+    local sink="$NETNS_TMP/$tag.$n" rank=()
+    [ "$n" = 0 ] && sink="$NETNS_TMP/$tag.fifo" && rank=(--node-rank 0)
+    (in_ns "$n" timeout 240 "$TANDEMRUN" --nnodes 2:3 "${rank[@]}" --nproc-per-node 1 --master-addr "$ADDR0" \
+      --master-port "$port" --rdzv-timeout-s 20 --rdzv-last-call-s 5 --grace-s 1 \
+      -- "$TRAIN" "${JOB[@]}" --checkpoint-dir "$NETNS_TMP/$tag-ck" --resume auto \
+      --summary-json "$NETNS_TMP/$tag.json" >"$sink" 2>&1
+     echo $? >"$NETNS_TMP/$tag.rc.$n") &
+  done
+  exec {out}<"$NETNS_TMP/$tag.fifo"
+}
+
+# underway TAG: reads node 0's output up to its step 150, then leaves it unread.
+underway() {
+  local line
+  while IFS= read -r -u "$out" line; do
+    printf '%s\n' "$line" >>"$NETNS_TMP/$1.0"
+    [[ "$line" == *" step 150/$STEPS "* ]] && return 0
+  done
+  fail "$1: node 0 ended before step 150"; tail -20 "$NETNS_TMP/$1.0"
+}
+
+# ended TAG N...: waits (bounded) until each node N has exited; false if one did not.
+ended() {
+  local tag="$1" n i
+  shift
+  for n in "$@"; do
+    for ((i = 0; i < 2400; i++)); do [ -s "$NETNS_TMP/$tag.rc.$n" ] && break; sleep 0.05; done
+    [ -s "$NETNS_TMP/$tag.rc.$n" ] || return 1
+  done
+}
+
+expect_in() {  # FILE TEXT
+  grep -qF -- "$2" "$1" && echo "ok: $(basename "$1"): '$2'" || { fail "$(basename "$1") lacks '$2'"; tail -25 "$1"; }
+}
+
+# same_as_checkpoint_run TAG: the job's end equals a fixed 2-rank run resumed from the
+# checkpoint generation 1 resumed from.
+same_as_checkpoint_run() {
+  local tag="$1"
+  local step
+  step="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["resumed_from_step"])' "$NETNS_TMP/$tag.json")"
+  [ "$step" != None ] || { fail "$tag: generation 1 did not resume from a checkpoint"; return; }
+  mkdir -p "$NETNS_TMP/$tag-ref-ck"
+  cp -r "$(printf '%s/step-%08d' "$NETNS_TMP/$tag-ck" "$step")" "$NETNS_TMP/$tag-ref-ck/"
+  in_ns 0 timeout 120 "$TANDEMRUN" --nproc-per-node 2 --master-port 0 -- "$TRAIN" "${JOB[@]}" \
+    --checkpoint-dir "$NETNS_TMP/$tag-ref-ck" --resume auto --summary-json "$NETNS_TMP/$tag-ref.json" \
+    >"$NETNS_TMP/$tag-ref.log" 2>&1 || { fail "$tag: the reference run failed"; tail -20 "$NETNS_TMP/$tag-ref.log"; }
+  python3 - "$NETNS_TMP/$tag.json" "$NETNS_TMP/$tag-ref.json" "$step" <<'EOF' || FAILED=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+if a["steps"] != b["steps"] or a["param_checksum"] != b["param_checksum"]:
+    sys.exit(f"FAIL: the elastic job ends at step {a['steps']} with {a['param_checksum']}, the checkpoint run at "
+             f"step {b['steps']} with {b['param_checksum']}")
+print(f"ok: 3 -> 2 nodes at step {sys.argv[3]}, the checkpoint run's parameters {a['param_checksum']}")
+EOF
+}
+
+no_survivors() {  # TAG: no process in any node's namespace, none of the job's anywhere
+  local k
+  for k in 0 1 2; do
+    [ -z "$(ip netns pids "$(ns_name "$k")")" ] || fail "$1: processes left on node $k: $(ip netns pids "$(ns_name "$k")")"
+  done
+  pgrep -f -- "$NETNS_TMP/$1-ck" >/dev/null && fail "$1: processes left: $(pgrep -af -- "$NETNS_TMP/$1-ck")"
+  echo "ok: $1: no process left"
+}
+
+leaves() {  # TAG HOW: node 2 leaves by HOW (freeze | cut); the other two go on
+  local tag="$1" how="$2"
+  start "$tag"
+  underway "$tag"
+  if [ "$how" = freeze ]; then
+    # shellcheck disable=SC2046
+    kill -STOP $(ip netns pids "$(ns_name 2)")
+  else
+    link_node 2 down
+  fi
+  cat <&"$out" >>"$NETNS_TMP/$tag.0" &
+  local drain=$!
+  ended "$tag" 0 1 || fail "$tag: nodes 0 and 1 did not end"
+  wait "$drain"
+  exec {out}<&-
+  for n in 0 1; do
+    [ "$(cat "$NETNS_TMP/$tag.rc.$n")" = 0 ] || { fail "$tag: node $n exited $(cat "$NETNS_TMP/$tag.rc.$n")"; tail -30 "$NETNS_TMP/$tag.$n"; }
+    expect_in "$NETNS_TMP/$tag.$n" "generation 1: 2 node(s)"
+    expect_in "$NETNS_TMP/$tag.$n" ") left"
+  done
+  if [ "$how" = freeze ]; then
+    # shellcheck disable=SC2046
+    kill -KILL $(ip netns pids "$(ns_name 2)")
+  else
+    link_node 2 up
+  fi
+  ended "$tag" 2 || fail "$tag: node 2 did not end"
+  [ "$(cat "$NETNS_TMP/$tag.rc.2")" != 0 ] || fail "$tag: node 2 exited 0"
+  grep -h "formed" "$NETNS_TMP/$tag.0" | sed 's/^/(information only) /'
+  same_as_checkpoint_run "$tag"
+  no_survivors "$tag"
+}
+
+leaves frozen freeze
+leaves cut cut
+
+if [ "$FAILED" != 0 ]; then echo "SOME CHECKS FAILED"; exit 1; fi
+echo "all checks passed"
