@@ -12,8 +12,6 @@
 #include <cstring>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "launcher/failure.h"
 #include "launcher/worker_process.h"
 
@@ -374,12 +372,6 @@ namespace {
 // How often a node in an elastic rendezvous looks at the arrivals (and may close it).
 constexpr milliseconds kElasticPoll{200};
 
-nlohmann::json member_json(const ElasticMember& m) { return {{"id", m.id}, {"addr", m.addr}, {"host", m.host}}; }
-
-ElasticMember member_from(const nlohmann::json& j) {
-  return {j.at("id").get<int64_t>(), j.at("addr").get<std::string>(), j.at("host").get<std::string>()};
-}
-
 std::string describe_members(const std::vector<ElasticMember>& ms) {
   std::string s;
   for (const auto& m : ms) s += (s.empty() ? "" : ", ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ")";
@@ -402,14 +394,21 @@ std::vector<ElasticMember> JobStore::read_arrivals(int g, int count) {
   std::vector<ElasticMember> out;
   for (int n = 0; n < count; ++n) {
     // A node writes its arrival right after counting itself; one that died in between
-    // never does, and is simply not a member.
+    // never does, and one whose record is malformed is not admitted: neither is a member.
     try {
-      out.push_back(member_from(nlohmann::json::parse(store_->get(key(g, "arrival/" + std::to_string(n)), kElasticPoll))));
+      const ElasticMember m = parse_arrival(store_->get(key(g, "arrival/" + std::to_string(n)), kElasticPoll));
+      if (!has_id(out, m.id)) out.push_back(m);
     } catch (const StoreTimeout&) {
-    } catch (const nlohmann::json::exception&) {
+    } catch (const RecordError& e) {
+      spdlog::warn("generation {}: ignoring arrival {}: {}", g, n, e.what());
     }
   }
   return out;
+}
+
+// The members of generation g, which was decided "go" (else RendezvousError).
+std::vector<ElasticMember> JobStore::members_of(int g) {
+  return accept_generation(g, store_->get(key(g, "members"), kOpTimeout)).members;
 }
 
 // The closing node's decision for generation g over the nodes that arrived (first come,
@@ -418,60 +417,42 @@ std::string JobStore::decide_generation(int g, const std::vector<ElasticMember>&
   std::vector<ElasticMember> members(arrived.begin(),
                                      arrived.begin() + std::min<size_t>(arrived.size(), options_.nnodes_max));
   std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  nlohmann::json d = {{"decision", "go"}, {"failure_restarts", 0}, {"membership_changes", 0}, {"change", ""}};
-  if (g > 0) {
-    const auto prev = nlohmann::json::parse(store_->get(key(g - 1, "members"), kOpTimeout));
-    std::vector<ElasticMember> before;
-    for (const auto& m : prev.at("members")) before.push_back(member_from(m));
-    std::string change;
-    bool left = false;
-    for (const auto& m : before) {
-      if (!has_id(members, m.id)) {
-        change += (change.empty() ? "" : "; ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ") left";
-        left = true;
-      }
+  if (g == 0) return go_record(members, 0, 0, "");
+  const Generation prev = accept_generation(g - 1, store_->get(key(g - 1, "members"), kOpTimeout));
+  std::string change;
+  bool left = false;
+  for (const auto& m : prev.members) {
+    if (!has_id(members, m.id)) {
+      change += (change.empty() ? "" : "; ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ") left";
+      left = true;
     }
-    for (const auto& m : members) {
-      if (!has_id(before, m.id)) {
-        change += (change.empty() ? "" : "; ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ") joined";
-      }
-    }
-    int restarts = prev.at("failure_restarts").get<int>();
-    int changes = prev.at("membership_changes").get<int>() + (change.empty() ? 0 : 1);
-    // A generation that failed while every node stayed is a failure restart; one whose
-    // nodes left is a membership change, counted apart from --max-restarts.
-    if (store_->try_get(key(g - 1, "outcome")) == std::optional<std::string>("failed") && !left) {
-      if (++restarts > options_.max_restarts) {
-        return nlohmann::json{{"decision", "exhausted"},
-                              {"why", "generation " + std::to_string(g - 1) + " failed with every node still present, "
-                                      "and no restart is left (--max-restarts " +
-                                          std::to_string(options_.max_restarts) + "): the job failed"}}
-            .dump();
-      }
-    }
-    d["failure_restarts"] = restarts;
-    d["membership_changes"] = changes;
-    d["change"] = change;
   }
-  d["members"] = nlohmann::json::array();
-  for (const auto& m : members) d["members"].push_back(member_json(m));
-  return d.dump();
+  for (const auto& m : members) {
+    if (!has_id(prev.members, m.id)) {
+      change += (change.empty() ? "" : "; ") + std::string("node id ") + std::to_string(m.id) + " (" + m.host + ") joined";
+    }
+  }
+  int restarts = prev.failure_restarts;
+  // A generation that failed while every node stayed is a failure restart; one whose
+  // nodes left is a membership change, counted apart from --max-restarts.
+  if (store_->try_get(key(g - 1, "outcome")) == std::optional<std::string>("failed") && !left &&
+      ++restarts > options_.max_restarts) {
+    return end_record("exhausted", "generation " + std::to_string(g - 1) +
+                                       " failed with every node still present, and no restart is left "
+                                       "(--max-restarts " + std::to_string(options_.max_restarts) +
+                                       "): the job failed");
+  }
+  return go_record(members, restarts, prev.membership_changes + (change.empty() ? 0 : 1), change);
 }
 
 Generation JobStore::accept_generation(int g, const std::string& decision) {
-  const auto d = nlohmann::json::parse(decision);
-  const std::string kind = d.at("decision").get<std::string>();
-  if (kind != "go") throw RendezvousError(d.at("why").get<std::string>());
-  Generation gen;
-  gen.number = g;
-  for (const auto& m : d.at("members")) gen.members.push_back(member_from(m));
-  gen.failure_restarts = d.at("failure_restarts").get<int>();
-  gen.membership_changes = d.at("membership_changes").get<int>();
-  gen.change = d.at("change").get<std::string>();
-  for (size_t i = 0; i < gen.members.size(); ++i) {
-    if (gen.members[i].id == elastic_id_) gen.node_rank = static_cast<int>(i);
+  try {
+    Decision d = parse_decision(decision, g, elastic_id_, options_.nnodes_max);
+    if (d.kind != "go") throw RendezvousError(d.why);
+    return d.generation;
+  } catch (const RecordError& e) {
+    throw RendezvousError(std::string("the store holds a bad rendezvous record: ") + e.what());
   }
-  return gen;
 }
 
 Generation JobStore::join_generation(int g) {
@@ -479,7 +460,7 @@ Generation JobStore::join_generation(int g) {
     // A node that fell behind (cut off, frozen, a late joiner) skips the generations
     // decided without it; a decision other than "go" ended the job.
     while (auto decided = store_->try_get(key(g, "members"))) {
-      accept_generation(g, *decided);  // throws on timeout/stopped/exhausted
+      accept_generation(g, *decided);
       ++g;
     }
     ElasticMember me{elastic_id_,
@@ -487,7 +468,7 @@ Generation JobStore::join_generation(int g) {
                                             : static_cast<const TcpStore&>(*base_).local_address(),
                      this_host()};
     const int n = static_cast<int>(store_->add(key(g, "arrivals"), 1)) - 1;
-    store_->set(key(g, "arrival/" + std::to_string(n)), member_json(me).dump());
+    store_->set(key(g, "arrival/" + std::to_string(n)), arrival_record(me));
     const std::string decision_key = key(g, "members");
     auto deadline = Clock::now() + options_.rdzv_timeout;
     std::optional<Clock::time_point> min_since;  // when this node first saw MIN arrivals
@@ -501,25 +482,24 @@ Generation JobStore::join_generation(int g) {
       if (decision.empty()) {
         check_signal();
         if (auto why = store_->try_get("stopped")) {
-          decision = store_->compare_set(decision_key, "",
-                                         nlohmann::json{{"decision", "stopped"},
-                                                        {"why", "the job was stopped before generation " +
-                                                                    std::to_string(g) + " started: " + *why}}
-                                             .dump());
+          decision = store_->compare_set(
+              decision_key, "",
+              end_record("stopped", "the job was stopped before generation " + std::to_string(g) + " started: " + *why));
         }
-      }
-      if (decision.empty() && g > 0 && !store_->check({key(g - 1, "outcome")})) {
-        // Generation g-1 still runs: this node is a joiner, admitted when it ends (its
-        // members see the arrival and stop at their next checkpoint if below MAX).
-        if (!said_waiting) {
-          spdlog::info("generation {} is running; waiting to be admitted to generation {}", g - 1, g);
-          said_waiting = true;
-        }
-        deadline = Clock::now() + options_.rdzv_timeout;
-        continue;
       }
       if (decision.empty() && g > 0) {
-        if (store_->try_get(key(g - 1, "outcome")) == std::optional<std::string>("ok")) {
+        const auto before = store_->try_get(key(g - 1, "outcome"));
+        if (!before) {
+          // Generation g-1 still runs: this node is a joiner, admitted when it ends (its
+          // members see the arrival and stop at their next checkpoint if below MAX).
+          if (!said_waiting) {
+            spdlog::info("generation {} is running; waiting to be admitted to generation {}", g - 1, g);
+            said_waiting = true;
+          }
+          deadline = Clock::now() + options_.rdzv_timeout;
+          continue;
+        }
+        if (*before == "ok") {
           throw JobOver{"the job ended with generation " + std::to_string(g - 1) + " before this node was admitted"};
         }
       }
@@ -529,22 +509,20 @@ Generation JobStore::join_generation(int g) {
         if (count >= options_.nnodes_min && !min_since) min_since = Clock::now();
         bool everyone_back = false;
         if (g > 0 && count >= options_.nnodes_min) {
-          const auto prev = nlohmann::json::parse(store_->get(key(g - 1, "members"), kOpTimeout));
-          everyone_back = std::all_of(prev.at("members").begin(), prev.at("members").end(),
-                                      [&](const nlohmann::json& m) { return has_id(arrived, m.at("id").get<int64_t>()); });
+          const auto before = members_of(g - 1);
+          everyone_back = std::all_of(before.begin(), before.end(),
+                                      [&](const ElasticMember& m) { return has_id(arrived, m.id); });
         }
         std::string proposal;
         if (count >= options_.nnodes_max || everyone_back ||
             (min_since && Clock::now() - *min_since >= options_.rdzv_last_call)) {
           proposal = decide_generation(g, arrived);
         } else if (Clock::now() >= deadline) {
-          proposal = nlohmann::json{{"decision", "timeout"},
-                                    {"why", "rendezvous timed out after " + seconds_text(options_.rdzv_timeout) +
-                                                ": " + std::to_string(count) + " of at least " +
-                                                std::to_string(options_.nnodes_min) +
-                                                " nodes joined generation " + std::to_string(g) + " at " + where() +
-                                                (count > 0 ? " (" + describe_members(arrived) + ")" : std::string())}}
-                         .dump();
+          proposal = end_record("timeout", "rendezvous timed out after " + seconds_text(options_.rdzv_timeout) +
+                                               ": " + std::to_string(count) + " of at least " +
+                                               std::to_string(options_.nnodes_min) + " nodes joined generation " +
+                                               std::to_string(g) + " at " + where() +
+                                               (count > 0 ? " (" + describe_members(arrived) + ")" : std::string()));
         }
         if (!proposal.empty()) decision = store_->compare_set(decision_key, "", proposal);
       }
@@ -564,15 +542,17 @@ Generation JobStore::join_generation(int g) {
         const bool ipv6 = gen.members[0].addr.find(':') != std::string::npos;
         store_->set(key(g, "master_port"), std::to_string(free_port(ipv6)));
       }
-      master_port_ = std::stoi(store_->get(key(g, "master_port"), kOpTimeout));
+      try {
+        master_port_ = std::stoi(store_->get(key(g, "master_port"), kOpTimeout));
+      } catch (const std::logic_error&) {
+        throw RendezvousError("the store holds a bad MASTER_PORT for generation " + std::to_string(g));
+      }
       return gen;
     }
   } catch (const StoreTimeout& e) {
     throw RendezvousError(std::string("the store did not answer during the rendezvous: ") + e.what());
   } catch (const StoreError& e) {
     throw RendezvousError(std::string("lost the store during the rendezvous: ") + e.what());
-  } catch (const nlohmann::json::exception& e) {
-    throw RendezvousError(std::string("malformed rendezvous record in the store: ") + e.what());
   }
 }
 

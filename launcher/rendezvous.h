@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "collectives/store.h"
+#include "launcher/elastic_records.h"
 #include "launcher/options.h"
 
 namespace tandem::launcher {
@@ -67,21 +68,6 @@ struct JobOver {
   std::string why;
 };
 
-struct ElasticMember {
-  int64_t id = 0;      // seniority: lower joined the job earlier
-  std::string addr;    // its address as the store sees it (its workers' MASTER_ADDR when node 0)
-  std::string host;    // its host name, for messages
-};
-
-// One elastic generation as its rendezvous closed it.
-struct Generation {
-  int number = 0;
-  std::vector<ElasticMember> members;  // oldest first: the index is the node rank
-  int node_rank = -1;                  // this node's
-  int failure_restarts = 0;            // generations so far that failed with no node leaving
-  int membership_changes = 0;          // generations so far that began with other nodes
-  std::string change;                  // "node id 2 (host b) left; ...": empty when none
-};
 
 class JobStore {
  public:
@@ -151,6 +137,7 @@ class JobStore {
   std::vector<ElasticMember> read_arrivals(int g, int count);
   std::string decide_generation(int g, const std::vector<ElasticMember>& arrived);
   Generation accept_generation(int g, const std::string& decision);
+  std::vector<ElasticMember> members_of(int g);
 
   const LaunchOptions& options_;
   std::function<int()> poll_signal_;

@@ -25,7 +25,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!o) return 0;
   FUZZ_CHECK(o->nproc_per_node >= 1 && o->nnodes >= 1);
-  FUZZ_CHECK(o->node_rank >= 0 && o->node_rank < o->nnodes);
+  if (o->elastic()) {
+    // --nnodes MIN:MAX: ranks come from the rendezvous; only the store's host names itself.
+    FUZZ_CHECK(o->nnodes_min >= 1 && o->nnodes_min <= o->nnodes_max && o->nnodes == o->nnodes_max);
+    FUZZ_CHECK(o->node_rank == -1 || (o->node_rank == 0 && o->hosts_store()));
+  } else {
+    FUZZ_CHECK(o->node_rank >= 0 && o->node_rank < o->nnodes);
+  }
   // Every global rank, and the world size, is an int.
   FUZZ_CHECK(static_cast<int64_t>(o->nnodes) * o->nproc_per_node <= INT_MAX);
   FUZZ_CHECK(o->world_size() >= 1 && o->global_rank(o->nproc_per_node - 1) < o->world_size());
@@ -39,6 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(o->grace.count() >= 0 && o->rdzv_timeout.count() > 0);
   const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::time_point::max() -
                                                                           steady_clock::now());
-  FUZZ_CHECK(o->grace < room && o->rdzv_timeout < room);
+  FUZZ_CHECK(o->grace < room && o->rdzv_timeout < room && o->rdzv_last_call < room);
+  FUZZ_CHECK(o->rdzv_last_call.count() >= 0);
   return 0;
 }
