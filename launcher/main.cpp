@@ -9,8 +9,10 @@
 // read the job's end, so no node is left guessing.
 #include <spdlog/spdlog.h>
 
+#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -68,6 +70,20 @@ std::string seconds_since(std::chrono::steady_clock::time_point t) {
   return text;
 }
 
+constexpr int kFailuresBeforeCooldown = 2;
+
+// Waits `how_long` (--node-cooldown-s), or until a termination signal (Interrupted).
+void sit_out(std::chrono::milliseconds how_long, LauncherSignals& signals) {
+  const auto until = std::chrono::steady_clock::now() + how_long;
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{signals.fd(), POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000))) > 0) {
+      if (const int sig = signals.drain().termination) throw Interrupted{sig};
+    }
+  }
+}
+
 // Elastic (--nnodes MIN:MAX; docs/elastic.md): one generation after another, each with
 // the nodes its rendezvous admitted, until one ends ok, the job is stopped or preempted,
 // or the rendezvous refuses (too few nodes, --max-restarts used up). Recovery is from
@@ -82,6 +98,7 @@ int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& si
                std::to_string(go.nnodes) + " node(s), " + how;
   };
   int g = 0;
+  int own_failures = 0;  // generations in a row whose first failure was this node's rank
   try {
     for (;; ++g) {
       const Generation gen = store.join_generation(g);
@@ -125,8 +142,11 @@ int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& si
         close_job(go, store, g);
         return kExitStoppedToResume;
       }
-      print_block("generation " + std::to_string(g) + " failed: " + report(*end.first_failure));
+      const Failure& f = *end.first_failure;
+      print_block("generation " + std::to_string(g) + " failed: " + report(f));
       record(g, "failed");
+      // Failing first twice in a row marks this node as the likely cause: it sits out.
+      own_failures = f.rank >= 0 && f.node == go.node_rank ? own_failures + 1 : 0;
       if (end.kind == AttemptEnd::Kind::stopped) {
         spdlog::info("elastic history: {}", history);
         if (!end.store_lost) close_job(go, store, g);
@@ -139,6 +159,15 @@ int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& si
                                         : ": the store is node 0's, so if node 0 is gone the job ends here (serve "
                                           "the store with tandem-store and --rdzv-endpoint to survive any node)");
         store.reconnect();
+      }
+      if (own_failures >= kFailuresBeforeCooldown && o.node_cooldown.count() > 0 &&
+          end.kind == AttemptEnd::Kind::failed) {
+        spdlog::warn("this node's ranks failed first in {} generations in a row: it sits out for {:.0f} s "
+                     "(--node-cooldown-s), then asks to join again",
+                     own_failures, o.node_cooldown.count() / 1000.0);
+        sit_out(o.node_cooldown, signals);
+        own_failures = 0;
+        continue;
       }
       spdlog::warn("forming generation {} from the nodes still there (--nnodes {}:{})", g + 1, o.nnodes_min,
                    o.nnodes_max);

@@ -204,6 +204,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   std::string rdzv_endpoint;
   std::string nnodes = "1";
   double rdzv_last_call_s = 5;
+  double node_cooldown_s = 60;
 
   CLI::App app{
       "tandemrun: starts one process per device on every node, hosts the rendezvous store,\n"
@@ -244,6 +245,10 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   app.add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
   app.add_option("--rdzv-timeout-s", rdzv_timeout_s, "Seconds to wait for every node to join")
+      ->capture_default_str();
+  app.add_option("--node-cooldown-s", node_cooldown_s,
+                 "Elastic: a node whose ranks failed first in two generations in a row sits out this long before "
+                 "asking to join again (0: never)")
       ->capture_default_str();
   app.add_option("--hang-timeout-s", hang_timeout_s,
                  "End (or restart) the job when no rank completed a training step for S seconds; every rank "
@@ -324,6 +329,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   o.grace = seconds_flag("--grace-s", grace_s, true);
   o.rdzv_timeout = seconds_flag("--rdzv-timeout-s", rdzv_timeout_s, false);
   o.rdzv_last_call = seconds_flag("--rdzv-last-call-s", rdzv_last_call_s, true);
+  o.node_cooldown = seconds_flag("--node-cooldown-s", node_cooldown_s, true);
   o.hang_timeout = seconds_flag("--hang-timeout-s", hang_timeout_s, true);
   if (!rank_filter.empty() || app.count("--rank-filter")) {
     o.rank_filter = parse_rank_list(rank_filter, o.world_size());

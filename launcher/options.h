@@ -35,6 +35,9 @@ struct LaunchOptions {
   // --rdzv-last-call-s: an elastic rendezvous with MIN but fewer than MAX nodes waits
   // this long for more before it closes.
   std::chrono::milliseconds rdzv_last_call{std::chrono::seconds(5)};
+  // --node-cooldown-s: an elastic node whose ranks were the first failure of two
+  // generations in a row sits out this long before asking to join again (0: never).
+  std::chrono::milliseconds node_cooldown{std::chrono::seconds(60)};
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0: node 0 picks a free one (single node only)
   // Under srun without --master-port: every candidate port, master_port first (node 0

@@ -241,6 +241,28 @@ def test_elastic_node0_killed():
         node0_case(tmp, external=True)
 
 
+def test_elastic_cooldown():
+    """A node whose rank fails first in two generations in a row sits out; the others go
+    on without it (a membership change, not a third failure restart)."""
+    port = tl.free_port()
+    flags = ["--rdzv-last-call-s", "3", "--max-restarts", "1", "--node-cooldown-s", "600"]
+    ok = [tl.WORKER, "--mode", "ok"]
+    first = node(port, "elc", "2:3", flags, worker=ok, host=True)
+    first.wait_for(r"hosting the store of job elc", stream="err")
+    bad = node(port, "elc", "2:3", flags, worker=[tl.WORKER, "--mode", "exit:3"])
+    bad.wait_for(r"joined the store of job elc", stream="err")
+    second = node(port, "elc", "2:3", flags, worker=ok)
+    for r in (first, second):
+        tl.check(r.finish() == 0, "a good node did not finish", r)
+        err_has(r, "generation 0: 3 node(s)")
+        err_has(r, "failure restarts 1 of --max-restarts 1")
+        err_has(r, "generation 2: 2 node(s)")
+        err_has(r, ") left")
+    bad.wait_for(r"failed first in 2 generations in a row: it sits out for 600 s", stream="err")
+    bad.proc.send_signal(signal.SIGTERM)
+    tl.check(bad.finish() == 128 + signal.SIGTERM, "the node sitting out did not stop on SIGTERM", bad)
+
+
 def test_elastic_join():
     """A 1:2 job runs on one node; a second node asks to join: the first stops at its
     next checkpoint, and generation 1 goes on with both, from that checkpoint."""
