@@ -147,7 +147,8 @@ def lost_node_case(tmp, kill):
     # survivors wait as long for the lost node before generation 1 closes without it.
     flags = ["--rdzv-last-call-s", "5"]
     # Past the first checkpoint (step 100), so generation 1 resumes from one.
-    n0 = node(port, "ell", "2:3", flags, worker=train, host=True, gate=r"step 150/")
+    logs = os.path.join(tmp, "logs0")
+    n0 = node(port, "ell", "2:3", flags + ["--log-dir", logs], worker=train, host=True, gate=r"step 150/")
     n1 = node(port, "ell", "2:3", flags, worker=train)
     n2 = node(port, "ell", "2:3", flags, worker=train)
     n0.wait_gate()
@@ -159,6 +160,12 @@ def lost_node_case(tmp, kill):
         err_has(r, "generation 1: 2 node(s)")
         err_has(r, ") left")
     n2.finish()
+    with open(os.path.join(logs, "elastic.json")) as f:
+        h = json.load(f)
+    gens = [(g["generation"], len(g["nodes"]), g["world_size"], g["outcome"]) for g in h["generations"]]
+    tl.check(gens == [(0, 3, 3, "failed"), (1, 2, 2, "ok")] and h["exit_code"] == 0 and
+             h["generations"][1]["change"].endswith(") left") and h["generations"][1]["formed_after_s"] > 0 and
+             h["generations"][1]["membership_changes"] == 1, f"elastic.json: {h}", n0)
     s = summary(out)
     tl.check(s["steps"] == STEPS and s["resumed_from_step"] is not None and s["restart_count"] == 1,
              f"summary: steps {s['steps']}, resumed_from_step {s['resumed_from_step']}, restart_count "
