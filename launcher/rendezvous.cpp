@@ -390,6 +390,8 @@ void JobStore::mark_preempted(int g) { store_->set(key(g, "preempted"), this_hos
 
 bool JobStore::preempted(int g) { return store_->check({key(g, "preempted")}); }
 
+void JobStore::mark_left(const std::string& why) { store_->set("left/" + std::to_string(elastic_id_), why); }
+
 std::vector<ElasticMember> JobStore::read_arrivals(int g, int count) {
   std::vector<ElasticMember> out;
   for (int n = 0; n < count; ++n) {
@@ -397,7 +399,7 @@ std::vector<ElasticMember> JobStore::read_arrivals(int g, int count) {
     // never does, and one whose record is malformed is not admitted: neither is a member.
     try {
       const ElasticMember m = parse_arrival(store_->get(key(g, "arrival/" + std::to_string(n)), kElasticPoll));
-      if (!has_id(out, m.id)) out.push_back(m);
+      if (!has_id(out, m.id) && !store_->check({"left/" + std::to_string(m.id)})) out.push_back(m);
     } catch (const StoreTimeout&) {
     } catch (const RecordError& e) {
       spdlog::warn("generation {}: ignoring arrival {}: {}", g, n, e.what());
@@ -457,6 +459,20 @@ Generation JobStore::accept_generation(int g, const std::string& decision) {
 
 Generation JobStore::join_generation(int g) {
   try {
+    return join_generation_from(g);
+  } catch (const Interrupted& i) {
+    // Its arrival may be counted already: leaving keeps it out of the decision.
+    try {
+      mark_left(this_host() + " pid " + std::to_string(getpid()) + " received " + signal_name(i.signal) +
+                " during the rendezvous");
+    } catch (const StoreError&) {
+    }
+    throw;
+  }
+}
+
+Generation JobStore::join_generation_from(int g) {
+  try {
     // A node that fell behind (cut off, frozen, a late joiner) skips the generations
     // decided without it; a decision other than "go" ended the job.
     while (auto decided = store_->try_get(key(g, "members"))) {
@@ -510,8 +526,9 @@ Generation JobStore::join_generation(int g) {
         bool everyone_back = false;
         if (g > 0 && count >= options_.nnodes_min) {
           const auto before = members_of(g - 1);
-          everyone_back = std::all_of(before.begin(), before.end(),
-                                      [&](const ElasticMember& m) { return has_id(arrived, m.id); });
+          everyone_back = std::all_of(before.begin(), before.end(), [&](const ElasticMember& m) {
+            return has_id(arrived, m.id) || store_->check({"left/" + std::to_string(m.id)});
+          });
         }
         std::string proposal;
         if (count >= options_.nnodes_max || everyone_back ||
@@ -532,7 +549,7 @@ Generation JobStore::join_generation(int g) {
         // Closed at MAX without this node: wait for a place in the next one.
         spdlog::info("generation {} started with {} nodes (the most, --nnodes {}:{}) without this node; waiting for a "
                      "place", g, gen.members.size(), options_.nnodes_min, options_.nnodes_max);
-        return join_generation(g + 1);
+        return join_generation_from(g + 1);
       }
       nnodes_ = static_cast<int>(gen.members.size());
       node_rank_ = gen.node_rank;

@@ -32,6 +32,8 @@
 //                       write it once the rule in join_generation holds, so no node is
 //                       the only one who can decide
 //   generation          the newest generation decided "go"
+//   left/<id>           node id left the job on a termination signal: no rendezvous
+//                       waits for it, and an arrival of it is not admitted
 // A generation's keys are only read by its members and its joiners: a stale
 // generation's are never consulted again, and rejoining is idempotent.
 // Invariant: every wait has a deadline and returns at least once a second to look for
@@ -104,6 +106,10 @@ class JobStore {
   // ending is then the job's, not a joiner's admission.
   void mark_preempted(int g);
   bool preempted(int g);
+  // Elastic: this node leaves the job (SIGINT/SIGTERM/SIGHUP to its tandemrun): the others
+  // go on without it and do not wait for it.
+  void mark_left(const std::string& why);
+  int64_t elastic_id() const { return elastic_id_; }
   // The workers' MASTER_PORT in the attempt start_attempt began: the port node 0 found
   // free for rank 0 to serve, the same on every node.
   int master_port() const { return master_port_; }
@@ -138,6 +144,7 @@ class JobStore {
   std::string decide_generation(int g, const std::vector<ElasticMember>& arrived);
   Generation accept_generation(int g, const std::string& decision);
   std::vector<ElasticMember> members_of(int g);
+  Generation join_generation_from(int g);
 
   const LaunchOptions& options_;
   std::function<int()> poll_signal_;

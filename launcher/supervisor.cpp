@@ -254,6 +254,21 @@ void Attempt::on_termination_signal(int sig) {
   f.attempt = attempt_;
   f.node = o_.node_rank;
   f.host = host_;
+  if (o_.elastic() && !o_.hosts_store()) {
+    // In an elastic job one node's signal takes that node out, not the job: the others
+    // form the next generation without it, at once. (The store's host stops the job: the
+    // store goes with it.)
+    f.reason = "node " + std::to_string(o_.node_rank) + "'s tandemrun (host " + host_ + ") received " +
+               signal_name(sig) + " and left the job";
+    try {
+      store_.mark_left(f.reason);
+    } catch (const std::exception& e) {
+      if (store_error_.empty()) store_error_ = e.what();
+    }
+    publish(f, "failed");
+    begin_stop(sig);
+    return;
+  }
   f.reason = "node " + std::to_string(o_.node_rank) + "'s tandemrun (host " + host_ + ") received " +
              signal_name(sig) + " and stopped the job";
   try {

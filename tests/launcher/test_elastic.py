@@ -270,6 +270,35 @@ def test_elastic_cooldown():
     tl.check(bad.finish() == 128 + signal.SIGTERM, "the node sitting out did not stop on SIGTERM", bad)
 
 
+def test_elastic_node_leaves():
+    """SIGTERM to one node's tandemrun takes that node out, not the job: the other two form
+    generation 1 at once (the last call, far longer than the rendezvous timeout, is not
+    waited for), and finish from the newest checkpoint."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port = tl.free_port()
+        ck = os.path.join(tmp, "ck")
+        out = os.path.join(tmp, "s.json")
+        train = [TRAIN] + JOB + ["--checkpoint-dir", ck, "--resume", "auto", "--summary-json", out]
+        flags = ["--rdzv-last-call-s", "1000"]
+        n0 = node(port, "elt", "2:3", flags, worker=train, host=True, gate=r"step 150/")
+        n1 = node(port, "elt", "2:3", flags, worker=train)
+        n2 = node(port, "elt", "2:3", flags, worker=train)
+        n0.wait_gate()
+        n2.proc.send_signal(signal.SIGTERM)
+        n0.release()
+        tl.check(n2.finish() == 128 + signal.SIGTERM, "the node sent SIGTERM did not exit 143", n2)
+        err_has(n2, "received SIGTERM and left the job")
+        for r in (n0, n1):
+            tl.check(r.finish() == 0, "a remaining node did not finish", r)
+            err_has(r, "generation 1: 2 node(s)")
+            err_has(r, ") left")
+        s = summary(out)
+        ref = resumed_reference(tmp, ck, s["resumed_from_step"], 2, "ref")
+        tl.check(ref["param_checksum"] == s["param_checksum"] and s["steps"] == STEPS,
+                 f"the job ends at {s['param_checksum']}, the checkpoint run at {ref['param_checksum']}", n0)
+        print(f"ok: node 2 left on SIGTERM at step {s['resumed_from_step']}; the others finished as by checkpoint")
+
+
 def test_elastic_join():
     """A 1:2 job runs on one node; a second node asks to join: the first stops at its
     next checkpoint, and generation 1 goes on with both, from that checkpoint."""
