@@ -254,29 +254,22 @@ void Attempt::on_termination_signal(int sig) {
   f.attempt = attempt_;
   f.node = o_.node_rank;
   f.host = host_;
-  if (o_.elastic() && !o_.hosts_store()) {
-    // In an elastic job one node's signal takes that node out, not the job: the others
-    // form the next generation without it, at once. (The store's host stops the job: the
-    // store goes with it.)
-    f.reason = "node " + std::to_string(o_.node_rank) + "'s tandemrun (host " + host_ + ") received " +
-               signal_name(sig) + " and left the job";
-    try {
-      store_.mark_left(f.reason);
-    } catch (const std::exception& e) {
-      if (store_error_.empty()) store_error_ = e.what();
-    }
-    publish(f, "failed");
-    begin_stop(sig);
-    return;
-  }
+  // In an elastic job one node's signal takes that node out, not the job: the others form
+  // the next generation without it, at once. (The store's host stops the job: the store
+  // goes with it.)
+  const bool leaves = o_.elastic() && !o_.hosts_store();
   f.reason = "node " + std::to_string(o_.node_rank) + "'s tandemrun (host " + host_ + ") received " +
-             signal_name(sig) + " and stopped the job";
+             signal_name(sig) + (leaves ? " and left the job" : " and stopped the job");
   try {
-    store_.publish_stopped(f.reason);
+    if (leaves) {
+      store_.mark_left(f.reason);
+    } else {
+      store_.publish_stopped(f.reason);
+    }
   } catch (const std::exception& e) {
     if (store_error_.empty()) store_error_ = e.what();
   }
-  publish(f, "stopped");
+  publish(f, leaves ? "failed" : "stopped");
   begin_stop(sig);
 }
 

@@ -74,6 +74,13 @@ def node(port, job, spec, extra=(), worker=None, host=False, gate=None, timeout=
     return GatedRun(argv, gate) if gate else tl.Run([], [], argv=argv)
 
 
+def training(tmp):
+    """The job every training case runs: (its checkpoint dir, its summary, the command)."""
+    ck = os.path.join(tmp, "ck")
+    out = os.path.join(tmp, "s.json")
+    return ck, out, [TRAIN] + JOB + ["--checkpoint-dir", ck, "--resume", "auto", "--summary-json", out]
+
+
 def err_has(r, text):
     tl.check(any(text in l for l in r.err), f"tandemrun's log lacks {text!r}", r)
 
@@ -140,9 +147,7 @@ def lost_node_case(tmp, kill):
     """Three nodes of a 2:3 job train; node id 2 is taken away by `kill`(its Run) while
     node 0 is held; the other two form generation 1 and finish from the newest checkpoint."""
     port = tl.free_port()
-    ck = os.path.join(tmp, "ck")
-    out = os.path.join(tmp, "s.json")
-    train = [TRAIN] + JOB + ["--checkpoint-dir", ck, "--resume", "auto", "--summary-json", out]
+    ck, out, train = training(tmp)
     # Long enough that generation 0 waits for all three however slowly they start; the
     # survivors wait as long for the lost node before generation 1 closes without it.
     flags = ["--rdzv-last-call-s", "5"]
@@ -194,9 +199,7 @@ def test_elastic_node_killed():
 def node0_case(tmp, external):
     """Three nodes train; node 0 (the oldest) is killed. With the store on its own host
     the other two go on; with the store on node 0 they end, saying why."""
-    ck = os.path.join(tmp, "ck")
-    out = os.path.join(tmp, "s.json")
-    train = [TRAIN] + JOB + ["--checkpoint-dir", ck, "--resume", "auto", "--summary-json", out]
+    ck, out, train = training(tmp)
     store = None
     if external:
         import test_rdzv_endpoint as te  # noqa: E402
@@ -276,9 +279,7 @@ def test_elastic_node_leaves():
     waited for), and finish from the newest checkpoint."""
     with tempfile.TemporaryDirectory() as tmp:
         port = tl.free_port()
-        ck = os.path.join(tmp, "ck")
-        out = os.path.join(tmp, "s.json")
-        train = [TRAIN] + JOB + ["--checkpoint-dir", ck, "--resume", "auto", "--summary-json", out]
+        ck, out, train = training(tmp)
         flags = ["--rdzv-last-call-s", "1000"]
         n0 = node(port, "elt", "2:3", flags, worker=train, host=True, gate=r"step 150/")
         n1 = node(port, "elt", "2:3", flags, worker=train)
@@ -304,9 +305,7 @@ def test_elastic_join():
     next checkpoint, and generation 1 goes on with both, from that checkpoint."""
     with tempfile.TemporaryDirectory() as tmp:
         port = tl.free_port()
-        ck = os.path.join(tmp, "ck")
-        out = os.path.join(tmp, "s.json")
-        train = [TRAIN] + JOB + ["--checkpoint-dir", ck, "--resume", "auto", "--summary-json", out]
+        ck, out, train = training(tmp)
         flags = ["--rdzv-last-call-s", "0"]
         n0 = node(port, "elj", "1:2", flags, worker=train, host=True, gate=r"step 25/")
         n0.wait_gate()
