@@ -45,6 +45,9 @@ std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchOp
       {"TORCHELASTIC_RUN_ID", o.job_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
   };
+  // An elastic job's world size changes between generations: tandem-train then keeps the
+  // global batch by default (--elastic-batch auto).
+  if (o.elastic()) v.emplace_back("TANDEM_ELASTIC", "1");
   // The job secret travels in an inherited descriptor, not here (launcher/job_secret.h).
   if (o.job_secret_fd >= 0) v.emplace_back("TANDEM_JOB_SECRET_FD", std::to_string(o.job_secret_fd));
   // Where a worker writes its flight recorder (collectives/flight_recorder.h).

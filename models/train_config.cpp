@@ -19,6 +19,7 @@ namespace {
 // once, in type_and_check), and the options whose presence a rule reads.
 struct Flags {
   TrainConfig c;
+  std::string elastic_batch = "auto";
   std::string optimizer = "sgd", mode = "single", device = "cpu", backend = "auto", comm_hook = "none",
               precision = "fp32", grad_reduce_dtype = "fp32";
   std::vector<CLI::Option*> gpt_flags, resnet_flags;
@@ -98,6 +99,11 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--no-overlap", c.no_overlap, "All-reduce buckets only after backward ends");
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");
   app.add_option("--grad-accum", c.grad_accum, "Micro-steps per optimizer step");
+  app.add_option("--elastic-batch", f.elastic_batch,
+                 "Resuming DDP at another world size: keep the global batch (global: per-rank batch or "
+                 "--grad-accum adapted), or the per-rank batch with the learning rate scaled linearly (per-rank), "
+                 "or neither (off); auto: global under an elastic tandemrun (--nnodes MIN:MAX), else off")
+      ->check(names({"auto", "off", "global", "per-rank"}));
   app.add_option("--comm-hook", f.comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
   app.add_option("--precision", f.precision,
                  "Matrix products (linear, conv, LM head) in fp32, or bf16 with f32 accumulation; weights, "
@@ -221,6 +227,10 @@ void type_and_check(Flags& f) {
             "--grad-reduce-dtype fp32 contradicts --comm-hook " + f.comm_hook);
   }
   c.comm_hook = parse_comm_hook(f.comm_hook);
+  c.elastic_batch = f.elastic_batch == "global"     ? ElasticBatch::global
+                    : f.elastic_batch == "per-rank" ? ElasticBatch::per_rank
+                    : f.elastic_batch == "off"      ? ElasticBatch::off
+                                                    : ElasticBatch::automatic;
   const bool hooked = c.comm_hook != CommHookKind::none;
   require(ddp || !c.no_overlap, "--no-overlap needs --mode ddp");
   require(ddp || !c.no_comm, "--no-comm needs --mode ddp");

@@ -22,6 +22,8 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+enum class ElasticBatch { automatic, off, global, per_rank };
+
 struct TrainConfig {
   // model and data
   std::string model = "mlp";
@@ -61,6 +63,12 @@ struct TrainConfig {
   bool no_overlap = false;
   bool no_comm = false;
   int64_t grad_accum = 1;
+  // --elastic-batch (models/elastic_batch.h): resuming at another world size, keep the
+  // global batch (global), or the per-rank batch with the learning rate scaled (per_rank),
+  // or change nothing (off). automatic: global under an elastic tandemrun, else off.
+  ElasticBatch elastic_batch = ElasticBatch::automatic;
+  // The world size the job first ran at (carried in checkpoints); 0: this run's.
+  int64_t elastic_base_world = 0;
   CommHookKind comm_hook = CommHookKind::none;  // --comm-hook none | fp16 | bf16
   // mixed precision (docs/precision.md): matrix products in bf16; gradients reduced in
   // bf16 through the bf16 comm hook (parsing sets comm_hook = CommHookKind::bf16)

@@ -22,6 +22,7 @@
 #include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/cpu_isa.h"
 #include "runtime/cuda_device.h"
+#include "models/elastic_batch.h"
 #include "runtime/kernels.h"
 #include "runtime/strategy/parallel.h"
 
@@ -159,6 +160,8 @@ void Trainer::save() {
   for (const auto& [name, value] : strategy_->model().counters()) m.extra["counter." + name] = std::to_string(value);
   m.mode = strategy_->mode();
   m.world_size = c_.mode == Mode::ddp ? strategy_->replicas() : 1;
+  if (c_.mode == Mode::ddp)
+    m.extra[kBaseWorldKey] = std::to_string(c_.elastic_base_world > 0 ? c_.elastic_base_world : strategy_->replicas());
   strategy_->with_full_optimizer(FullState::read, [&](Optimizer& full) {
     if (strategy_->rank() == 0)
       last_saved_path_ = save_checkpoint(c_.checkpoint_dir, strategy_->model(), full, m, c_.keep_last);
@@ -411,7 +414,9 @@ TrainOutcome run_training(const TrainConfig& config) {
     run_sampling(config, resolve_device(config));
     return TrainOutcome::finished;
   }
-  Trainer trainer(config);
+  TrainConfig adapted = config;
+  apply_elastic_batch(adapted);  // resuming DDP at another world size (--elastic-batch)
+  Trainer trainer(adapted);
   return trainer.train();
 }
 

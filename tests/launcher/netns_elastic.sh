@@ -81,6 +81,7 @@ same_as_checkpoint_run() {
   cp -r "$(printf '%s/step-%08d' "$NETNS_TMP/$tag-ck" "$step")" "$NETNS_TMP/$tag-ref-ck/"
   in_ns 0 timeout 120 "$TANDEMRUN" --nproc-per-node 2 --master-port 0 -- "$TRAIN" "${JOB[@]}" \
     --checkpoint-dir "$NETNS_TMP/$tag-ref-ck" --resume auto --summary-json "$NETNS_TMP/$tag-ref.json" \
+    --elastic-batch global \
     >"$NETNS_TMP/$tag-ref.log" 2>&1 || { fail "$tag: the reference run failed"; tail -20 "$NETNS_TMP/$tag-ref.log"; }
   python3 - "$NETNS_TMP/$tag.json" "$NETNS_TMP/$tag-ref.json" "$step" <<'EOF' || FAILED=1
 import json, sys

@@ -130,7 +130,8 @@ def test_elastic_rendezvous():
 
 def resumed_reference(tmp, ck, step, world, name):
     """The same training continued from `ck`'s checkpoint at `step` by a fixed job of
-    `world` ranks: what the elastic job's new generation must reproduce exactly."""
+    `world` ranks: what the elastic job's new generation must reproduce exactly (with the
+    global batch kept, as tandem-train does by default under an elastic tandemrun)."""
     ref_ck = os.path.join(tmp, name + "-ck")
     os.makedirs(ref_ck)
     found = [d for d in os.listdir(ck) if d.startswith("step-") and int(d[5:]) == step]
@@ -138,7 +139,7 @@ def resumed_reference(tmp, ck, step, world, name):
     shutil.copytree(os.path.join(ck, found[0]), os.path.join(ref_ck, found[0]))
     out = os.path.join(tmp, name + ".json")
     r = tl.Run([], [], argv=[tl.TANDEMRUN, "--nproc-per-node", str(world), "--master-port", "0", "--", TRAIN] + JOB +
-               ["--checkpoint-dir", ref_ck, "--resume", "auto", "--summary-json", out])
+               ["--checkpoint-dir", ref_ck, "--resume", "auto", "--summary-json", out, "--elastic-batch", "global"])
     tl.check(r.finish() == 0, "the reference run failed", r)
     return summary(out)
 
@@ -301,36 +302,42 @@ def test_elastic_node_leaves():
 
 
 def test_elastic_join():
-    """A 1:2 job runs on one node; a second node asks to join: the first stops at its
-    next checkpoint, and generation 1 goes on with both, from that checkpoint."""
+    """A 2:4 job runs on three nodes; a fourth asks to join: the three stop at their next
+    checkpoint, and generation 1 goes on with four, from that checkpoint, the global batch
+    kept (48: 16 per rank, then 12)."""
     with tempfile.TemporaryDirectory() as tmp:
         port = tl.free_port()
         ck, out, train = training(tmp)
-        flags = ["--rdzv-last-call-s", "0"]
-        n0 = node(port, "elj", "1:2", flags, worker=train, host=True, gate=r"step 25/")
+        flags = ["--rdzv-last-call-s", "3"]
+        n0 = node(port, "elj", "2:4", flags, worker=train, host=True, gate=r"step 25/")
+        n0.wait_for(r"hosting the store of job elj", stream="err")
+        n1 = node(port, "elj", "2:4", flags, worker=train)
+        n2 = node(port, "elj", "2:4", flags, worker=train)
         n0.wait_gate()
-        n1 = node(port, "elj", "1:2", flags, worker=train)
+        err_has(n0, "generation 0: 3 node(s)")
+        n3 = node(port, "elj", "2:4", flags, worker=train)
         # The joiner has reached the store once either side says so: node 0 when it is
         # not yet held by its full pipe, the joiner while node 0 is held.
         deadline = time.monotonic() + tl.HANG_GUARD_S
-        while not (any("waiting to be admitted to generation 1" in l for l in n1.err) or
+        while not (any("waiting to be admitted to generation 1" in l for l in n3.err) or
                    any("ask to join" in l for l in n0.err)):
-            tl.check(time.monotonic() < deadline and n1.proc.poll() is None, "the joiner never reached the store", n1)
+            tl.check(time.monotonic() < deadline and n3.proc.poll() is None, "the joiner never reached the store", n3)
             time.sleep(0.05)  # polling output with a deadline, not a synchronisation by time
         n0.release()
-        for r in (n0, n1):
+        for r in (n0, n1, n2, n3):
             tl.check(r.finish() == 0, "a node of the grown job failed", r)
-            err_has(r, "generation 1: 2 node(s)")
+            err_has(r, "generation 1: 4 node(s)")
             err_has(r, ") joined")
         err_has(n0, "ask to join")
         s = summary(out)
         tl.check(s["steps"] == STEPS and s["resumed_from_step"] is not None,
                  f"summary: steps {s['steps']}, resumed_from_step {s['resumed_from_step']}", n0)
-        ref = resumed_reference(tmp, ck, s["resumed_from_step"], 2, "ref")
+        tl.check(any("world size 3 -> 4: per-rank batch 16 -> 12" in l for l in n0.out), "no batch change logged", n0)
+        ref = resumed_reference(tmp, ck, s["resumed_from_step"], 4, "ref")
         tl.check(ref["param_checksum"] == s["param_checksum"],
-                 f"the grown job ends at {s['param_checksum']}, the 1->2 checkpoint run at {ref['param_checksum']}",
+                 f"the grown job ends at {s['param_checksum']}, the 3->4 checkpoint run at {ref['param_checksum']}",
                  n0)
-        print(f"ok: 1 -> 2 nodes at step {s['resumed_from_step']}, param_checksum {s['param_checksum']}")
+        print(f"ok: 3 -> 4 nodes at step {s['resumed_from_step']}, param_checksum {s['param_checksum']}")
 
 
 if __name__ == "__main__":
