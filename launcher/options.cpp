@@ -186,16 +186,11 @@ std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::s
   return {host, p};
 }
 
-std::optional<LaunchOptions> parse_options(int argc, char** argv) {
-  // Split at the first `--`: what follows is the program, untouched.
-  int split = argc;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--") == 0) {
-      split = i;
-      break;
-    }
-  }
-  LaunchOptions o;
+namespace {
+
+// The flags whose text is checked or converted after parsing (the rest land in
+// LaunchOptions directly).
+struct RawFlags {
   std::string nproc = "1";
   std::string rank_filter;
   double grace_s = 5;
@@ -205,18 +200,17 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   std::string nnodes = "1";
   double rdzv_last_call_s = 5;
   double node_cooldown_s = 60;
+};
 
-  CLI::App app{
-      "tandemrun: starts one process per device on every node, hosts the rendezvous store,\n"
-      "prefixes every output line with [node:rank], and stops the whole job when one process fails.",
-      "tandemrun"};
+// Declares every flag of `app`, writing into `o` and `r`.
+void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& r) {
   app.footer("Everything after -- is the program and its arguments: tandemrun [OPTIONS] -- PROGRAM [ARGS...]\n"
              "Exit codes: 0 success, 1 the job failed, 2 usage error, 75 every worker stopped to be resumed "
              "(SIGUSR1, passed on), 128+N stopped by signal N. "
              "See docs/launching.md.");
-  app.add_option("--nproc-per-node", nproc, "Processes on this node: a number, or 'gpu' for one per visible GPU")
+  app.add_option("--nproc-per-node", r.nproc, "Processes on this node: a number, or 'gpu' for one per visible GPU")
       ->capture_default_str();
-  app.add_option("--nnodes", nnodes,
+  app.add_option("--nnodes", r.nnodes,
                  "Number of nodes in the job (run by srun: the step's), or MIN:MAX for an elastic job that goes on "
                  "when nodes leave or join (docs/elastic.md)")
       ->capture_default_str();
@@ -225,7 +219,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
                  "SLURM_NODEID). Elastic: ranks are assigned at each rendezvous; give --node-rank 0 only to the "
                  "node that hosts the store")
       ->capture_default_str();
-  app.add_option("--rdzv-last-call-s", rdzv_last_call_s,
+  app.add_option("--rdzv-last-call-s", r.rdzv_last_call_s,
                  "Elastic: once MIN nodes have joined, wait this long for more before starting with fewer than MAX")
       ->capture_default_str();
   app.add_option("--master-addr", o.master_addr,
@@ -235,22 +229,23 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
                  "Port of tandemrun's store on node 0, TANDEM_STORE_PORT (0: pick a free one; single node only); "
                  "the workers' MASTER_PORT is another port, free on node 0, for the job's rank 0 to serve")
       ->capture_default_str();
-  app.add_option("--rdzv-endpoint", rdzv_endpoint,
+  app.add_option("--rdzv-endpoint", r.rdzv_endpoint,
                  "HOST:PORT (or [IPV6]:PORT) of a tandem-store serving this job: every node, node 0 included, "
                  "joins it there and no node hosts one, so the store outlives any node; not with --master-port");
-  app.add_option("--max-restarts", o.max_restarts, "Restart the whole job up to K times after a failure")
+  app.add_option("--max-restarts", o.max_restarts, "Restart the whole job up to K times after a failure (elastic: failures with every node "
+                 "still there; membership changes do not count)")
       ->capture_default_str();
   app.add_option("--log-dir", o.log_dir, "Also write DIR/attempt<K>/rank<R>.stdout|.stderr");
-  app.add_option("--rank-filter", rank_filter, "Only these ranks reach the console, e.g. 0 or 0,2");
-  app.add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+  app.add_option("--rank-filter", r.rank_filter, "Only these ranks reach the console, e.g. 0 or 0,2");
+  app.add_option("--grace-s", r.grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
-  app.add_option("--rdzv-timeout-s", rdzv_timeout_s, "Seconds to wait for every node to join")
+  app.add_option("--rdzv-timeout-s", r.rdzv_timeout_s, "Seconds to wait for every node to join")
       ->capture_default_str();
-  app.add_option("--node-cooldown-s", node_cooldown_s,
+  app.add_option("--node-cooldown-s", r.node_cooldown_s,
                  "Elastic: a node whose ranks failed first in two generations in a row sits out this long before "
                  "asking to join again (0: never)")
       ->capture_default_str();
-  app.add_option("--hang-timeout-s", hang_timeout_s,
+  app.add_option("--hang-timeout-s", r.hang_timeout_s,
                  "End (or restart) the job when no rank completed a training step for S seconds; every rank "
                  "dumps its flight recorder first and one analysis is printed (0: off). Needs the heartbeats of "
                  "programs built with Tandem's collectives: for others (python3 ...) it warns and stays off")
@@ -261,7 +256,26 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   app.add_option("--job-secret-file", o.job_secret_file,
                  "File holding the job secret, the same on every node (default: $TANDEM_JOB_SECRET_FILE; a "
                  "single-node job without one makes its own; see docs/security.md)");
+}
 
+}  // namespace
+
+std::optional<LaunchOptions> parse_options(int argc, char** argv) {
+  // Split at the first `--`: what follows is the program, untouched.
+  int split = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) {
+      split = i;
+      break;
+    }
+  }
+  LaunchOptions o;
+  RawFlags r;
+  CLI::App app{
+      "tandemrun: starts one process per device on every node, hosts the rendezvous store,\n"
+      "prefixes every output line with [node:rank], and stops the whole job when one process fails.",
+      "tandemrun"};
+  add_flags(app, o, r);
   app.set_version_flag("--version", std::string("tandemrun ") + TANDEM_VERSION_STRING, "Print the version and exit");
   try {
     app.parse(split, argv);
@@ -281,21 +295,21 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
     throw UsageError("no program given: tandemrun [options] -- PROGRAM [ARGS...]");
   }
 
-  if (nproc == "gpu") {
+  if (r.nproc == "gpu") {
     std::string why;
     o.nproc_per_node = visible_cuda_devices(why);
     if (o.nproc_per_node == 0) throw UsageError("--nproc-per-node gpu: no CUDA GPU is visible: " + why);
   } else {
-    o.nproc_per_node = parse_int("--nproc-per-node", nproc);
-    if (o.nproc_per_node < 1) throw UsageError("--nproc-per-node: must be >= 1 or 'gpu', not " + nproc);
+    o.nproc_per_node = parse_int("--nproc-per-node", r.nproc);
+    if (o.nproc_per_node < 1) throw UsageError("--nproc-per-node: must be >= 1 or 'gpu', not " + r.nproc);
   }
-  parse_nnodes(nnodes, app.count("--node-rank") > 0, app.count("--rdzv-endpoint") > 0, o);
+  parse_nnodes(r.nnodes, app.count("--node-rank") > 0, app.count("--rdzv-endpoint") > 0, o);
   std::set<std::string> explicit_flags;
   for (const char* flag : {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id"}) {
     if (app.count(flag)) explicit_flags.insert(flag);
   }
   if (app.count("--rdzv-endpoint")) {
-    std::tie(o.store_host, o.store_port) = parse_endpoint("--rdzv-endpoint", rdzv_endpoint);
+    std::tie(o.store_host, o.store_port) = parse_endpoint("--rdzv-endpoint", r.rdzv_endpoint);
     if (app.count("--master-port")) {
       throw UsageError("--master-port: not with --rdzv-endpoint: --master-port is the port of the store node 0 "
                        "hosts, and with --rdzv-endpoint nobody hosts one (the workers' MASTER_PORT is still "
@@ -305,7 +319,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   }
   o.slurm_note = apply_slurm_step(o, explicit_flags, process_environment());
   if (o.elastic() && !o.slurm_note.empty()) {
-    throw UsageError("--nnodes " + nnodes + ": an elastic job cannot run as a Slurm step, whose node count is fixed; "
+    throw UsageError("--nnodes " + r.nnodes + ": an elastic job cannot run as a Slurm step, whose node count is fixed; "
                      "run it with a fixed --nnodes under srun, or start tandemrun on each node yourself");
   }
   if (o.nnodes < 1) throw UsageError("--nnodes: must be >= 1, not " + std::to_string(o.nnodes));
@@ -326,13 +340,13 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
                      "node 0 picks; give every node the same fixed --master-port");
   }
   if (o.max_restarts < 0) throw UsageError("--max-restarts: must be >= 0");
-  o.grace = seconds_flag("--grace-s", grace_s, true);
-  o.rdzv_timeout = seconds_flag("--rdzv-timeout-s", rdzv_timeout_s, false);
-  o.rdzv_last_call = seconds_flag("--rdzv-last-call-s", rdzv_last_call_s, true);
-  o.node_cooldown = seconds_flag("--node-cooldown-s", node_cooldown_s, true);
-  o.hang_timeout = seconds_flag("--hang-timeout-s", hang_timeout_s, true);
-  if (!rank_filter.empty() || app.count("--rank-filter")) {
-    o.rank_filter = parse_rank_list(rank_filter, o.world_size());
+  o.grace = seconds_flag("--grace-s", r.grace_s, true);
+  o.rdzv_timeout = seconds_flag("--rdzv-timeout-s", r.rdzv_timeout_s, false);
+  o.rdzv_last_call = seconds_flag("--rdzv-last-call-s", r.rdzv_last_call_s, true);
+  o.node_cooldown = seconds_flag("--node-cooldown-s", r.node_cooldown_s, true);
+  o.hang_timeout = seconds_flag("--hang-timeout-s", r.hang_timeout_s, true);
+  if (!r.rank_filter.empty() || app.count("--rank-filter")) {
+    o.rank_filter = parse_rank_list(r.rank_filter, o.world_size());
   }
   if (app.count("--job-secret-file") && o.job_secret_file.empty()) {
     throw UsageError("--job-secret-file: must not be empty");
