@@ -147,7 +147,10 @@ int main(int argc, char** argv) {
   // The default logger, because the store server (collectives) logs through it too.
   Console console;
   spdlog::set_default_logger(make_console_logger(
-      console, options->nnodes > 1 ? "tandemrun[node " + std::to_string(options->node_rank) + "]: " : "tandemrun: "));
+      console, options->elastic() ? "tandemrun[" + this_host() + " pid " + std::to_string(getpid()) + "]: "
+               // an elastic node's rank changes with each generation: named by what does not
+               : options->nnodes > 1 ? "tandemrun[node " + std::to_string(options->node_rank) + "]: "
+                                     : "tandemrun: "));
   try {
     prepare_job_secret(*options);
   } catch (const UsageError& e) {
