@@ -181,16 +181,21 @@ void Attempt::reap() {
       exited.emplace_back(&w, status);
     }
   }
-  // A rank that failed with an exit code may have seen a killed peer faster than the
-  // kernel finished tearing that peer down (the shm backend notices a dead peer within
-  // a millisecond, while a large process takes longer to become reapable). Give such a
-  // death by signal a short bounded moment to show up, so the cause is reported.
-  const auto failed_by_code = [](int status) {
-    return WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kExitStoppedToResume;
+  // A rank that failed with an exit code, or died of SIGPIPE writing to a socket whose
+  // other end is gone, may have seen a killed peer faster than the kernel finished tearing
+  // that peer down (the shm backend notices a dead peer within a millisecond, a closed
+  // socket is closed before its process becomes reapable, and a large process takes
+  // longer). Give such a cause, a death by any other signal, a short bounded moment to
+  // show up, so it is the one reported.
+  const auto consequence = [](int status) {
+    return (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kExitStoppedToResume) ||
+           (WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE);
   };
-  const bool any_signal = std::any_of(exited.begin(), exited.end(), [](const auto& e) { return WIFSIGNALED(e.second); });
-  const bool any_code = std::any_of(exited.begin(), exited.end(), [&](const auto& e) { return failed_by_code(e.second); });
-  if (any_code && !any_signal && !stopping_) {
+  const auto cause = [](int status) { return WIFSIGNALED(status) && WTERMSIG(status) != SIGPIPE; };
+  const bool any_cause = std::any_of(exited.begin(), exited.end(), [&](const auto& e) { return cause(e.second); });
+  const bool any_consequence =
+      std::any_of(exited.begin(), exited.end(), [&](const auto& e) { return consequence(e.second); });
+  if (any_consequence && !any_cause && !stopping_) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     bool found = false;
     while (!found && std::chrono::steady_clock::now() < until) {
@@ -201,16 +206,16 @@ void Attempt::reap() {
         if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
           w.alive = false;
           exited.emplace_back(&w, status);
-          found |= WIFSIGNALED(status);
+          found |= cause(status);
         }
       }
     }
   }
-  // Exits seen in one pass have no order of their own. A death by signal goes first:
-  // when one rank is killed, its peers fail moments later with collective errors,
-  // and the kill is the cause worth reporting.
+  // Exits seen in one pass have no order of their own. A death by a signal other than
+  // SIGPIPE goes first: when one rank is killed, its peers fail moments later with
+  // collective errors (or SIGPIPE), and the kill is the cause worth reporting.
   std::stable_sort(exited.begin(), exited.end(),
-                   [](const auto& a, const auto& b) { return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second); });
+                   [&](const auto& a, const auto& b) { return cause(a.second) && !cause(b.second); });
   for (auto& [w, status] : exited) on_worker_exit(*w, status);
 }
 
