@@ -100,9 +100,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");
   app.add_option("--grad-accum", c.grad_accum, "Micro-steps per optimizer step");
   app.add_option("--elastic-batch", f.elastic_batch,
-                 "Resuming DDP at another world size: keep the global batch (global: per-rank batch or "
-                 "--grad-accum adapted), or the per-rank batch with the learning rate scaled linearly (per-rank), "
-                 "or neither (off); auto: global under an elastic tandemrun (--nnodes MIN:MAX), else off")
+                 "Resuming DDP from a checkpoint, at its world size or another: global keeps the checkpoint's global "
+                 "batch (the per-rank batch adapted, else --grad-accum; exit 1 when neither divides), per-rank keeps "
+                 "--batch-size and scales --lr and --min-lr by world size / the job's first world size, off changes "
+                 "nothing; auto: global under an elastic tandemrun (--nnodes MIN:MAX), else off")
       ->check(names({"auto", "off", "global", "per-rank"}));
   app.add_option("--comm-hook", f.comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
   app.add_option("--precision", f.precision,
