@@ -4,8 +4,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -41,6 +43,18 @@ std::optional<double> pss_mb() {
   }
   return std::nullopt;
 }
+
+namespace {
+
+// The shortest decimal that reads back as `v`: the value the flag was given as, where the
+// double nearest the float would print 17 digits.
+double shortest(float v) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, v).ptr;
+  return std::strtod(std::string(text, end).c_str(), nullptr);
+}
+
+}  // namespace
 
 void write_summary_json(const RunSummary& s, const std::string& path) {
   using nlohmann::json;
@@ -102,6 +116,12 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"restart_count", s.restart_count},
       {"slurm_restart_count", s.slurm_restart_count},
       {"resumed_from_step", s.resumed_from_step ? json(*s.resumed_from_step) : json(nullptr)},
+      {"elastic_batch", s.elastic_batch},
+      {"base_world_size", s.base_world_size},
+      {"batch_size", s.batch_size},
+      {"grad_accum", s.grad_accum},
+      {"lr", shortest(s.lr)},
+      {"min_lr", shortest(s.min_lr)},
   };
   std::string tmp = path + ".tmp";
   {

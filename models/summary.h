@@ -58,6 +58,12 @@ struct RunSummary {
   std::optional<std::string> stopped_by;
   int restart_count = 0, slurm_restart_count = 0;
   std::optional<int64_t> resumed_from_step;
+  // --elastic-batch in force (models/elastic_batch.h; "off" outside DDP), the world size the
+  // job first ran at, and the per-rank batch, --grad-accum and rates trained with: the
+  // flags', or what the policy made of them on a resume at another world size.
+  std::string elastic_batch = "off";
+  int64_t base_world_size = 1, batch_size = 0, grad_accum = 1;
+  float lr = 0, min_lr = 0;  // written as their shortest decimals (0.01, not 0.009999999776482582)
 };
 
 // Writes atomically (temporary file then rename). Throws naming the path on failure.

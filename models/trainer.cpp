@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/init.h"
+#include "models/elastic_batch.h"
 #include "models/fine_tune.h"
 #include "models/generate.h"
 #include "models/progress.h"
@@ -22,7 +23,6 @@
 #include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/cpu_isa.h"
 #include "runtime/cuda_device.h"
-#include "models/elastic_batch.h"
 #include "runtime/kernels.h"
 #include "runtime/strategy/parallel.h"
 
@@ -405,6 +405,12 @@ RunSummary Trainer::summary() const {
   s.restart_count = restarts_.restart_count;
   s.slurm_restart_count = restarts_.slurm_restart_count;
   s.resumed_from_step = resumed_from_step_;
+  s.elastic_batch = elastic_batch_str(c_.elastic_batch);
+  s.base_world_size = c_.elastic_base_world > 0 ? c_.elastic_base_world : s.world_size;
+  s.batch_size = c_.batch_size;
+  s.grad_accum = accum_;
+  s.lr = c_.lr;
+  s.min_lr = c_.min_lr;
   return s;
 }
 

@@ -11,7 +11,8 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "zero", "optimizer_state_mb_per_rank", "buffer_checksum", "sync_batchnorm", "broadcast_buffers",
         "activation_checkpointing", "peak_temporary_bytes", "peak_temporary_bytes_per_rank",
         "process_cpu_ms", "comm_cpu_ms", "pss_mb_per_rank", "cpu_kernels", "stopped_by", "restart_count",
-        "slurm_restart_count", "resumed_from_step"]
+        "slurm_restart_count", "resumed_from_step", "elastic_batch", "base_world_size", "batch_size", "grad_accum",
+        "lr", "min_lr"]
 
 
 def fail(msg):

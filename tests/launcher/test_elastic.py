@@ -333,6 +333,9 @@ def test_elastic_join():
         tl.check(s["steps"] == STEPS and s["resumed_from_step"] is not None,
                  f"summary: steps {s['steps']}, resumed_from_step {s['resumed_from_step']}", n0)
         tl.check(any("world size 3 -> 4: per-rank batch 16 -> 12" in l for l in n0.out), "no batch change logged", n0)
+        tl.check(s["elastic_batch"] == "global" and s["batch_size"] == 12 and s["global_batch"] == 48 and
+                 s["base_world_size"] == 3, f"summary: elastic_batch {s['elastic_batch']}, batch_size "
+                 f"{s['batch_size']}, global_batch {s['global_batch']}, base_world_size {s['base_world_size']}", n0)
         ref = resumed_reference(tmp, ck, s["resumed_from_step"], 4, "ref")
         tl.check(ref["param_checksum"] == s["param_checksum"],
                  f"the grown job ends at {s['param_checksum']}, the 3->4 checkpoint run at {ref['param_checksum']}",
