@@ -28,7 +28,9 @@ expect 2 "--grad-reduce-dtype: x not in {fp32,bf16}" -- "$T" --mode ddp --grad-r
 expect 2 "--grad-reduce-dtype bf16 needs --mode ddp" -- "$T" --grad-reduce-dtype bf16
 expect 2 "--grad-reduce-dtype bf16 contradicts --comm-hook fp16" -- "$T" --mode ddp --grad-reduce-dtype bf16 --comm-hook fp16
 expect 2 "--grad-reduce-dtype fp32 contradicts --comm-hook bf16" -- "$T" --mode ddp --grad-reduce-dtype fp32 --comm-hook bf16
+expect 2 "--elastic-batch: foo not in {auto,off,global,per-rank}" -- "$T" --mode ddp --elastic-batch foo
 expect 0 "--precision" -- "$T" --help
+expect 0 "--elastic-batch" -- "$T" --help
 expect 0 "--zero" -- "$T" --help
 expect 0 "--batch-size" -- "$T" --help
 finish
