@@ -1,10 +1,12 @@
 // Chrome trace-event writer (nlohmann-json). Besides "traceEvents" the file carries
-// "otherData": rank, origin_unix_us (the wall clock at ts 0), host, pid and, under
+// "otherData": rank, origin_unix_us (the wall clock at ts 0) and origin_uncertainty_us
+// (how far off that may be), host, pid and, under
 // tandemrun, node (NODE_RANK): what tandem-trace merge needs to put ranks on one clock.
 #include "runtime/trace.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +14,16 @@
 #include <stdexcept>
 
 namespace tandem {
+
+Tracer::Anchor Tracer::read_anchor() {
+  using Wall = std::chrono::system_clock;
+  const Wall::time_point before = Wall::now();
+  const Clock::time_point steady = Clock::now();
+  const Wall::time_point after = Wall::now();
+  const auto gap = std::chrono::duration_cast<std::chrono::nanoseconds>(after - before);
+  const int64_t half_ns = (std::max<int64_t>(0, gap.count()) + 1) / 2;
+  return {steady, before + std::chrono::duration_cast<Wall::duration>(gap / 2), (half_ns + 999) / 1000};
+}
 
 void Tracer::add(const std::string& name, Track track, Clock::time_point begin, Clock::time_point end) {
   if (!enabled_) return;
@@ -37,7 +49,7 @@ void Tracer::write(const std::string& path) const {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const Span& s : spans_) {
       auto us = [&](Clock::time_point t) {
-        return std::chrono::duration<double, std::micro>(t - origin_).count();
+        return std::chrono::duration<double, std::micro>(t - origin_.steady).count();
       };
       events.push_back({{"ph", "X"}, {"name", s.name}, {"pid", rank_}, {"tid", s.track},
                         {"ts", us(s.begin)}, {"dur", us(s.end) - us(s.begin)}});
@@ -45,7 +57,8 @@ void Tracer::write(const std::string& path) const {
   }
   json other = {{"rank", rank_},
                 {"origin_unix_us",
-                 std::chrono::duration_cast<std::chrono::microseconds>(origin_wall_.time_since_epoch()).count()},
+                 std::chrono::duration_cast<std::chrono::microseconds>(origin_.wall.time_since_epoch()).count()},
+                {"origin_uncertainty_us", origin_.uncertainty_us},
                 {"pid", static_cast<long long>(::getpid())}};
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) == 0) other["host"] = host;

@@ -6,10 +6,12 @@
 // Tracks (tid): 0 "compute" (batch loading, forward/backward per layer, wait, optimizer),
 //               1 "comm" (each bucket's all-reduce, from launch to completion).
 // Timestamps count from the tracer's steady-clock origin; the file's "otherData" records
-// the wall clock at that origin (origin_unix_us), so tandem-trace merge can align ranks.
+// the wall clock at that origin (origin_unix_us, within origin_uncertainty_us), so
+// tandem-trace merge can align ranks.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -61,9 +63,17 @@ class Tracer {
   };
   int rank_ = 0;
   bool enabled_ = false;
-  Clock::time_point origin_ = Clock::now();
-  // The wall clock at origin_, read right after it: the anchor written as origin_unix_us.
-  std::chrono::system_clock::time_point origin_wall_ = std::chrono::system_clock::now();
+  // The origin (ts 0) on the steady clock and the wall clock at it: the wall clock is read
+  // just before and just after the steady one and the midpoint kept, so the anchor is off
+  // by at most half the pair's gap (written as origin_uncertainty_us). A slow clock read
+  // (under qemu a read took tens of microseconds) widens the bound, not the error's bias.
+  struct Anchor {
+    Clock::time_point steady;
+    std::chrono::system_clock::time_point wall;
+    int64_t uncertainty_us = 0;  // rounded up
+  };
+  static Anchor read_anchor();
+  Anchor origin_ = read_anchor();
   mutable std::mutex mutex_;
   std::vector<Span> spans_;
 };
