@@ -128,6 +128,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--save-every", c.save_every, "Save a checkpoint every N steps");
   app.add_option("--resume", c.resume, "Resume: auto or a checkpoint path");
   app.add_option("--keep-last", c.keep_last, "Checkpoints to keep in --checkpoint-dir (0: all)");
+  app.add_option("--commit-every", c.commit_every,
+                 "Under an elastic tandemrun (--elastic-recovery memory): copy the training state into RAM every N "
+                 "steps, the point a change of membership rolls back to and joining nodes are admitted at (0: "
+                 "recover from checkpoints)");
   app.add_option("--init-from", c.init_from,
                  "Fine-tune: start from the model weights only of this checkpoint (a step-N directory; a directory "
                  "of them: its newest; or a .safetensors file); every tensor must match unless --init-skip names it");
@@ -260,6 +264,7 @@ void type_and_check(Flags& f) {
   require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");
   require(c.resume != "auto" || !c.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   require(c.keep_last >= 0, "--keep-last must be >= 0");
+  require(c.commit_every >= 0, "--commit-every must be >= 0");
   for (const std::string& p : c.freeze) require(!p.empty(), "--freeze: an empty pattern");
   for (const std::string& p : c.init_skip) require(!p.empty(), "--init-skip: an empty pattern");
   require(c.init_skip.empty() || !c.init_from.empty(), "--init-skip needs --init-from");

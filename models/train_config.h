@@ -83,6 +83,9 @@ struct TrainConfig {
   int64_t save_every = 0;
   std::string resume;
   int keep_last = 3;
+  // Under an elastic tandemrun's in-memory recovery (models/elastic_worker.h): keep a copy
+  // of the training state in RAM every this many steps; 0: recover from checkpoints.
+  int64_t commit_every = 10;
   // fine-tuning (models/fine_tune.h): start from another run's weights, train only some
   std::string init_from;               // --init-from CKPT: model weights only (load_weights)
   std::vector<std::string> init_skip;  // --init-skip PATTERN: parameters that keep their fresh initialisation

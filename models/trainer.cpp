@@ -40,8 +40,9 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& c)
+Trainer::Trainer(const TrainConfig& c, ElasticControl* elastic)
     : c_(c),
+      elastic_(elastic),
       restarts_(read_restart_counts()),
       threads_(c.mode == Mode::dp ? 1 : default_cpu_threads(c.threads)),
       device_((set_cpu_threads(threads_), resolve_device(c))),
@@ -136,11 +137,7 @@ void Trainer::resume() {
   epochs_completed_ = start_.epoch;
 }
 
-void Trainer::save() {
-  last_saved_step_ = step_;
-  // Replicas are identical; one writer. Under ZeRO every rank takes part in gathering the
-  // optimizer state's shards (with_full_optimizer), and rank 0 writes it.
-  if (strategy_->rank() != 0 && strategy_->zero_stage() == 0) return;
+CheckpointMeta Trainer::checkpoint_meta() const {
   CheckpointMeta m;
   m.step = step_;
   m.epoch = train_batches_->position().epoch;
@@ -162,10 +159,33 @@ void Trainer::save() {
   m.world_size = c_.mode == Mode::ddp ? strategy_->replicas() : 1;
   if (c_.mode == Mode::ddp)
     m.extra[kBaseWorldKey] = std::to_string(c_.elastic_base_world > 0 ? c_.elastic_base_world : strategy_->replicas());
+  return m;
+}
+
+void Trainer::save() {
+  last_saved_step_ = step_;
+  // Replicas are identical; one writer. Under ZeRO every rank takes part in gathering the
+  // optimizer state's shards (with_full_optimizer), and rank 0 writes it.
+  if (strategy_->rank() != 0 && strategy_->zero_stage() == 0) return;
+  const CheckpointMeta m = checkpoint_meta();
   strategy_->with_full_optimizer(FullState::read, [&](Optimizer& full) {
     if (strategy_->rank() == 0)
       last_saved_path_ = save_checkpoint(c_.checkpoint_dir, strategy_->model(), full, m, c_.keep_last);
   });
+}
+
+// Every rank keeps its own copy (ElasticControl::attach rules out ZeRO, whose state is
+// sharded): in RAM, the newest only.
+void Trainer::commit() {
+  Tracer::Scope span(tracer_.get(), "commit");
+  save_checkpoint(elastic_->commit_dir(), strategy_->model(), strategy_->optimizer(), checkpoint_meta(), 1);
+}
+
+// Whether any rank's tandemrun asked to pause (a node asks to join): all ranks pause at
+// the same commit.
+bool Trainer::pause_agreed() {
+  const std::vector<int64_t> asked = strategy_->per_rank(elastic_->pause_requested() ? 1 : 0);
+  return std::any_of(asked.begin(), asked.end(), [](int64_t v) { return v != 0; });
 }
 
 bool Trainer::stop_agreed() {
@@ -297,6 +317,13 @@ TrainOutcome Trainer::train() {
       if (static_cast<int64_t>(micro.size()) < accum_) break;  // the epoch is over
       train_step(micro, t0);
       if (c_.save_every > 0 && step_ % c_.save_every == 0) save();
+      if (elastic_ && step_ % c_.commit_every == 0 && step_ < total_steps_) {
+        commit();
+        if (pause_agreed()) {
+          paused_ = true;
+          break;
+        }
+      }
       if (c_.eval_every > 0 && step_ % c_.eval_every == 0) {
         bar.finish();
         evaluate("every");
@@ -309,7 +336,7 @@ TrainOutcome Trainer::train() {
     }
     bar.finish();
     bar_ = nullptr;
-    if (stopped_by_) break;
+    if (stopped_by_ || paused_) break;
     if (epoch_steps_ == 0) break;
     const bool full_epoch = train_batches_->position().step_in_epoch >= steps_per_epoch_ * accum_;
     if (full_epoch) ++epochs_completed_;
@@ -318,6 +345,11 @@ TrainOutcome Trainer::train() {
                  c_.epochs, full_epoch ? "" : " (partial)", epoch_loss_sum_ / epoch_steps_, last_eval_->loss,
                  last_eval_->metric("accuracy").value_or(0),
                  static_cast<double>(epoch_steps_ * global_batch_) / (epoch_ms_ / 1000.0));
+  }
+  if (paused_) {
+    if (strategy_->rank() == 0)
+      spdlog::info("paused at step {} (its commit) for joining nodes: the next generation resumes from it", step_);
+    return TrainOutcome::paused;
   }
   if (!stopped_by_) {  // a stop to be resumed leaves the evaluation to the run that finishes
     if (last_eval_step_ != step_) evaluate("end");
@@ -420,10 +452,32 @@ TrainOutcome run_training(const TrainConfig& config) {
     run_sampling(config, resolve_device(config));
     return TrainOutcome::finished;
   }
-  TrainConfig adapted = config;
-  apply_elastic_batch(adapted);  // resuming DDP at another world size (--elastic-batch)
-  Trainer trainer(adapted);
-  return trainer.train();
+  const std::unique_ptr<ElasticControl> elastic = ElasticControl::attach(config);
+  for (;;) {
+    TrainConfig adapted = config;
+    try {
+      // A later generation of an elastic job resumes from the oldest member's commit.
+      if (elastic && read_restart_counts().restart_count > 0) adapted.resume = share_commit(config, *elastic);
+      apply_elastic_batch(adapted);  // resuming DDP at another world size (--elastic-batch)
+      Trainer trainer(adapted, elastic.get());
+      const TrainOutcome outcome = trainer.train();
+      if (outcome != TrainOutcome::paused) return outcome;
+      elastic->report("paused");
+    } catch (const CollectiveError& e) {
+      if (!elastic) throw;
+      // The group is gone with the Trainer; the commit stays. tandemrun forms the next
+      // generation and sends this process its place in it.
+      spdlog::error("the process group failed: {}; waiting for tandemrun's next generation (the state rolls back "
+                    "to the newest commit)",
+                    e.what());
+      elastic->report(std::string("lost ") + e.what());
+    }
+    elastic->await_assignment();
+    if (const char* rank = std::getenv("RANK"))
+      spdlog::set_level(std::string(rank) == "0" ? spdlog::level::from_str(config.log_level)
+                                                 : std::max(spdlog::level::from_str(config.log_level),
+                                                            spdlog::level::warn));
+  }
 }
 
 }  // namespace tandem

@@ -20,11 +20,13 @@
 #include <vector>
 
 #include "collectives/fault_injection.h"
+#include "models/elastic_worker.h"
 #include "models/progress.h"
 #include "models/requeue.h"
 #include "models/summary.h"
 #include "models/train_config.h"
 #include "models/train_setup.h"
+#include "runtime/checkpoint/checkpoint_meta.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/strategy/strategy.h"
 #include "runtime/trace.h"
@@ -33,11 +35,15 @@ namespace tandem {
 
 // How a training run ended: at its last step, or stopped by SIGUSR1 with a checkpoint
 // written, to be resumed (main exits kExitStoppedToResume).
-enum class TrainOutcome { finished, stopped_to_resume };
+// paused: stopped at a commit step, as every rank agreed, for an elastic tandemrun to admit
+// joining nodes (models/elastic_worker.h); the process waits for its next generation.
+enum class TrainOutcome { finished, stopped_to_resume, paused };
 
 class Trainer {
  public:
-  explicit Trainer(const TrainConfig& config);
+  // `elastic`: tandemrun's in-memory recovery (models/elastic_worker.h), or null. With it the
+  // run commits every --commit-every steps and pauses at a commit when tandemrun asks.
+  explicit Trainer(const TrainConfig& config, ElasticControl* elastic = nullptr);
   // Trains to the run's last step (or resumes there, or stops early on SIGUSR1), then
   // writes the summary.
   TrainOutcome train();
@@ -48,12 +54,16 @@ class Trainer {
   void evaluate(const char* when);
   void resume();
   void save();
+  CheckpointMeta checkpoint_meta() const;  // what a checkpoint (or a commit) of this step records
+  void commit();
+  bool pause_agreed();
   bool stop_agreed();
   void stop_to_resume();
   void log_start() const;
   RunSummary summary() const;
 
   const TrainConfig& c_;
+  ElasticControl* const elastic_;
   StopSignal stop_signal_;  // first: SIGUSR1 during set-up is seen at the first step
   const RestartCounts restarts_;
   const int threads_;
@@ -81,6 +91,7 @@ class Trainer {
   std::optional<int64_t> resumed_from_step_;
   std::string last_saved_path_;            // rank 0's (the writer's) last checkpoint
   std::optional<std::string> stopped_by_;  // "SIGUSR1" once the ranks agreed to stop
+  bool paused_ = false;                    // stopped at a commit for an elastic tandemrun
   int64_t epochs_completed_ = 0;
   int64_t steps_this_run_ = 0;
   double last_loss_ = 0;
