@@ -2,16 +2,22 @@
 #include "launcher/elastic_job.h"
 
 #include <poll.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
+#include <vector>
 
 #include "collectives/init.h"
 #include "launcher/failure.h"
@@ -31,6 +37,68 @@ std::string seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 constexpr int kFailuresBeforeCooldown = 2;
+
+// The node's directory of its workers' in-memory commits (--elastic-recovery memory):
+// /dev/shm/tandem-commit-<job>-<pid> (tmpfs, so RAM; the system's temporary directory
+// where there is no /dev/shm), removed when tandemrun ends. A node killed outright leaves
+// its directory behind: every tandemrun of the job sweeps those of dead tandemruns on its
+// machine when it starts and when it ends.
+class CommitRoot {
+ public:
+  explicit CommitRoot(const std::string& job_id) {
+    std::string job;
+    for (char ch : job_id) job += std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' ? ch : '_';
+    std::error_code ec;
+    parent_ = std::filesystem::is_directory("/dev/shm", ec) && access("/dev/shm", W_OK) == 0
+                  ? std::filesystem::path("/dev/shm")
+                  : std::filesystem::temp_directory_path();
+    prefix_ = "tandem-commit-" + job + "-";
+    sweep();
+    path_ = (parent_ / (prefix_ + std::to_string(getpid()))).string();
+    std::filesystem::create_directories(path_, ec);
+    if (ec) throw std::runtime_error("cannot create the commit directory " + path_ + ": " + ec.message());
+  }
+  ~CommitRoot() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+    sweep();
+  }
+  CommitRoot(const CommitRoot&) = delete;
+  CommitRoot& operator=(const CommitRoot&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  void sweep() const {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(parent_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix_, 0) != 0) continue;
+      const std::string pid_text = name.substr(prefix_.size());
+      if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+      const long pid = std::stol(pid_text);
+      if (pid > 0 && !alive(static_cast<pid_t>(pid))) {
+        std::error_code ignored;
+        std::filesystem::remove_all(entry.path(), ignored);
+      }
+    }
+  }
+  // Not a zombie either: a tandemrun killed outright stays one until its parent reaps it.
+  static bool alive(pid_t pid) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
+  }
+  std::filesystem::path parent_;
+  std::string prefix_, path_;
+};
+
+// The workers kept between generations; killed when the job does not go on.
+struct Kept {
+  std::vector<KeptWorker> workers;
+  ~Kept() { release_kept(workers); }
+};
 
 // Waits `how_long` (--node-cooldown-s), or until a termination signal (Interrupted).
 void sit_out(std::chrono::milliseconds how_long, LauncherSignals& signals) {
@@ -96,6 +164,12 @@ class History {
 int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& signals, Console& console,
                     const std::string& program) {
   LaunchOptions go = o;
+  std::optional<CommitRoot> commits;
+  if (o.recovers_in_memory()) {
+    commits.emplace(o.job_id);
+    go.commit_root = commits->path();
+  }
+  Kept kept;  // destroyed before `commits`: the workers go before their directory
   std::optional<std::chrono::steady_clock::time_point> ended_at;  // of the generation before
   History history(o);
   int g = 0;
@@ -127,7 +201,7 @@ int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& si
                                                          std::chrono::steady_clock::now() - *ended_at)
                                                          .count())
                              : std::nullopt);
-      const AttemptEnd end = run_attempt(go, store, signals, console, program, g);
+      const AttemptEnd end = run_attempt(go, store, signals, console, program, g, &kept.workers);
       ended_at = std::chrono::steady_clock::now();
       if (end.kind == AttemptEnd::Kind::ok) {
         history.end("ok");
@@ -135,9 +209,11 @@ int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& si
         return history.finish(0);
       }
       if (end.kind == AttemptEnd::Kind::resume && !store.preempted(g)) {
-        history.end("stopped at a checkpoint to admit joining nodes");
+        history.end(kept.workers.empty() ? "stopped at a checkpoint to admit joining nodes"
+                                         : "paused at a commit to admit joining nodes");
         continue;
       }
+      if (end.kind != AttemptEnd::Kind::failed) release_kept(kept.workers);
       if (end.kind == AttemptEnd::Kind::resume) {
         history.end("preempted (exit 75)");
         spdlog::warn("the job stopped to be resumed: every rank exited {} after writing its checkpoint; no restart "

@@ -200,6 +200,7 @@ struct RawFlags {
   std::string nnodes = "1";
   double rdzv_last_call_s = 5;
   double node_cooldown_s = 60;
+  std::string recovery = "memory";
 };
 
 // Declares every flag of `app`, writing into `o` and `r`.
@@ -244,6 +245,12 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& r) {
   app.add_option("--node-cooldown-s", r.node_cooldown_s,
                  "Elastic: a node whose ranks failed first in two generations in a row sits out this long before "
                  "asking to join again (0: never)")
+      ->capture_default_str();
+  app.add_option("--elastic-recovery", r.recovery,
+                 "Elastic: on a change of membership keep the workers and roll back to their in-memory commit "
+                 "(memory: tandem-train's --commit-every; a program that cannot is restarted), or restart every "
+                 "worker from the newest checkpoint (checkpoint)")
+      ->check(CLI::IsMember({"memory", "checkpoint"}))
       ->capture_default_str();
   app.add_option("--hang-timeout-s", r.hang_timeout_s,
                  "End (or restart) the job when no rank completed a training step for S seconds; every rank "
@@ -344,6 +351,10 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
   o.rdzv_timeout = seconds_flag("--rdzv-timeout-s", r.rdzv_timeout_s, false);
   o.rdzv_last_call = seconds_flag("--rdzv-last-call-s", r.rdzv_last_call_s, true);
   o.node_cooldown = seconds_flag("--node-cooldown-s", r.node_cooldown_s, true);
+  o.recovery = r.recovery == "checkpoint" ? LaunchOptions::Recovery::checkpoint : LaunchOptions::Recovery::memory;
+  if (app.count("--elastic-recovery") && !o.elastic())
+    throw UsageError("--elastic-recovery: only for an elastic job (--nnodes MIN:MAX); a fixed job's restarts resume "
+                     "from checkpoints");
   o.hang_timeout = seconds_flag("--hang-timeout-s", r.hang_timeout_s, true);
   if (!r.rank_filter.empty() || app.count("--rank-filter")) {
     o.rank_filter = parse_rank_list(r.rank_filter, o.world_size());

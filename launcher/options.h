@@ -38,6 +38,15 @@ struct LaunchOptions {
   // --node-cooldown-s: an elastic node whose ranks were the first failure of two
   // generations in a row sits out this long before asking to join again (0: never).
   std::chrono::milliseconds node_cooldown{std::chrono::seconds(60)};
+  // --elastic-recovery: on a change of membership, keep the workers that can (they say so
+  // on their control socket) and roll them back to their in-memory commit (memory), or
+  // restart every worker from the newest checkpoint (checkpoint). docs/elastic.md.
+  enum class Recovery { memory, checkpoint };
+  Recovery recovery = Recovery::memory;
+  bool recovers_in_memory() const { return elastic() && recovery == Recovery::memory; }
+  // Recovery in memory: the node's directory (tmpfs) of its workers' commits, one
+  // subdirectory per local rank; made and removed by run_generations, not a flag.
+  std::string commit_root;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0: node 0 picks a free one (single node only)
   // Under srun without --master-port: every candidate port, master_port first (node 0

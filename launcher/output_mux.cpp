@@ -143,6 +143,31 @@ void OutputMux::drain_rank(int rank) {
   flush_console();
 }
 
+std::pair<int, int> OutputMux::release(int rank) {
+  std::pair<int, int> fds{-1, -1};
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    Stream& s = it->second;
+    if (s.rank != rank) {
+      ++it;
+      continue;
+    }
+    const bool open = read_some(s);
+    if (!s.partial.empty()) {
+      emit_line(s, s.partial);
+      s.partial.clear();
+    }
+    if (s.log_fd >= 0) close(s.log_fd);
+    if (open) {
+      (s.kind == StreamKind::out ? fds.first : fds.second) = s.fd;
+    } else {
+      close(s.fd);
+    }
+    it = streams_.erase(it);
+  }
+  flush_console();
+  return fds;
+}
+
 void OutputMux::close_all() {
   for (auto& [fd, s] : streams_) close_stream(s);
   streams_.clear();

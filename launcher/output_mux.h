@@ -44,6 +44,10 @@ class OutputMux {
   // Reads both of `rank`'s streams until they would block or end: called once the
   // process has exited, so its tail is complete before it is reported.
   void drain_rank(int rank);
+  // Reads what `rank` wrote so far, flushes its partial lines and gives its stdout and
+  // stderr fds back ({-1, -1} when it has none) without closing them: a worker kept for the
+  // next generation (elastic recovery in memory) is added to that generation's mux.
+  std::pair<int, int> release(int rank);
   // Flushes every partial line and closes every stream (the job is over).
   void close_all();
 

@@ -1,8 +1,10 @@
 // The per-attempt main loop (see header).
 #include "launcher/supervisor.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,9 +46,33 @@ struct LocalWorker {
   int local_rank = 0;
   int rank = 0;
   pid_t pid = -1;
-  bool alive = false;
-  bool resumable = false;  // exited kExitStoppedToResume: not a failure unless its peers differ
+  bool alive = false;      // running and part of this attempt (false once exited or held)
+  bool resumable = false;  // exited kExitStoppedToResume (or paused): not a failure unless its peers differ
+  // Elastic recovery in memory (models/elastic_worker.h): tandemrun's end of the worker's
+  // control socket, what arrived of its next line, whether it said hello, and whether it
+  // is held: alive, waiting there for the next generation.
+  int control_fd = -1;
+  std::string control_in;
+  bool hello = false;
+  bool held = false;
 };
+
+// Writes all of `text` to a worker's control socket; false when the worker is gone.
+bool send_control(int fd, const std::string& text) {
+  size_t sent = 0;
+  while (sent < text.size()) {
+    const ssize_t n = send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, 1000) <= 0) return false;
+      continue;
+    }
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
 
 // The outcome of an attempt whose every worker stopped to be resumed.
 constexpr const char* kOutcomeResume = "resume";
@@ -54,19 +80,28 @@ constexpr const char* kOutcomeResume = "resume";
 class Attempt {
  public:
   Attempt(const LaunchOptions& o, JobStore& store, LauncherSignals& signals, Console& console,
-          const std::string& program, int attempt)
+          const std::string& program, int attempt, std::vector<KeptWorker>* kept)
       : o_(o),
         store_(store),
         signals_(signals),
         console_(console),
         program_(program),
         attempt_(attempt),
-        host_(this_host()) {}
+        host_(this_host()),
+        kept_(kept) {}
+  ~Attempt() {
+    for (const auto& w : workers_)
+      if (w.control_fd >= 0 && !w.held) close(w.control_fd);
+  }
 
   AttemptEnd run();
 
  private:
   void spawn_all();
+  bool adopt(LocalWorker& w);
+  void spawn(LocalWorker& w);
+  void on_control(LocalWorker& w);
+  void on_held(LocalWorker& w, const std::string& message);
   void reap();
   void on_worker_exit(LocalWorker& w, int status);
   void on_termination_signal(int sig);
@@ -76,7 +111,9 @@ class Attempt {
   void on_health(const HealthWatch::Events& e);
   void on_joiner();
   void publish(const Failure& f, const std::string& outcome);
-  void begin_stop(int sig);
+  // keep: a stop after a failure, under recovery in memory: workers that said hello are
+  // left to report "lost" (and are kept) rather than signalled.
+  void begin_stop(int sig, bool keep = false);
   void kill_remaining();
   bool all_reaped() const;
   void drain_after_exit();
@@ -89,6 +126,7 @@ class Attempt {
   const std::string& program_;
   const int attempt_;
   const std::string host_;
+  std::vector<KeptWorker>* const kept_;
 
   std::unique_ptr<OutputMux> mux_;
   std::unique_ptr<OutcomeWatcher> watcher_;
@@ -106,23 +144,17 @@ class Attempt {
 };
 
 void Attempt::spawn_all() {
+  int adopted = 0;
   for (int lr = 0; lr < o_.nproc_per_node; ++lr) {
     LocalWorker w;
     w.local_rank = lr;
     w.rank = o_.global_rank(lr);
     try {
-      const auto env = merged_environment(worker_variables(o_, lr, attempt_, store_.port(), store_.master_port()));
-      SpawnedWorker s = spawn_worker(program_, o_.command, env, o_.job_secret_fd);
-      w.pid = s.pid;
-      w.alive = true;
-      workers_.push_back(w);  // from here on, begin_stop reaches it
-      try {
-        mux_->add(w.rank, StreamKind::out, s.stdout_fd);
-      } catch (...) {
-        close(s.stderr_fd);
-        throw;
+      if (adopt(w)) {
+        ++adopted;
+      } else {
+        spawn(w);
       }
-      mux_->add(w.rank, StreamKind::err, s.stderr_fd);
     } catch (const std::exception& e) {
       Failure f;
       f.attempt = attempt_;
@@ -136,6 +168,123 @@ void Attempt::spawn_all() {
       return;
     }
   }
+  if (adopted > 0)
+    spdlog::info("generation {}: {} of this node's {} worker(s) kept from the generation before (recovery in "
+                 "memory: they resume from the oldest member's commit){}",
+                 attempt_, adopted, o_.nproc_per_node,
+                 adopted < o_.nproc_per_node ? "; the others start afresh and receive it too" : "");
+}
+
+// Takes the kept worker of w's local rank, if any, and sends it its place in this
+// generation: the variables a new worker would start with, then "go".
+bool Attempt::adopt(LocalWorker& w) {
+  if (!kept_) return false;
+  const auto it = std::find_if(kept_->begin(), kept_->end(), [&](const KeptWorker& k) { return k.local_rank == w.local_rank; });
+  if (it == kept_->end()) return false;
+  const KeptWorker k = *it;
+  kept_->erase(it);
+  w.pid = k.pid;
+  w.alive = true;
+  w.hello = true;
+  w.control_fd = k.control_fd;
+  workers_.push_back(w);  // from here on, begin_stop reaches it
+  LocalWorker& mine = workers_.back();
+  if (k.stdout_fd >= 0) mux_->add(mine.rank, StreamKind::out, k.stdout_fd);
+  if (k.stderr_fd >= 0) mux_->add(mine.rank, StreamKind::err, k.stderr_fd);
+  std::string assignment;
+  for (const auto& [name, value] : worker_variables(o_, w.local_rank, attempt_, store_.port(), store_.master_port()))
+    assignment += "env " + name + "=" + value + "\n";
+  // A worker that died meanwhile is reaped as any exit, and reported.
+  if (!send_control(mine.control_fd, assignment + "go\n"))
+    spdlog::warn("rank {} (pid {}), kept from the generation before, is gone", mine.rank, mine.pid);
+  return true;
+}
+
+void Attempt::spawn(LocalWorker& w) {
+  auto vars = worker_variables(o_, w.local_rank, attempt_, store_.port(), store_.master_port());
+  int pair[2] = {-1, -1};
+  if (o_.recovers_in_memory()) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+      throw std::runtime_error(std::string("socketpair failed: ") + std::strerror(errno));
+    fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK);
+    vars.emplace_back("TANDEM_CONTROL_FD", std::to_string(pair[1]));
+    vars.emplace_back("TANDEM_COMMIT_DIR", o_.commit_root + "/local" + std::to_string(w.local_rank));
+  }
+  SpawnedWorker s;
+  try {
+    s = spawn_worker(program_, o_.command, merged_environment(vars), {o_.job_secret_fd, pair[1]});
+  } catch (...) {
+    if (pair[0] >= 0) close(pair[0]);
+    if (pair[1] >= 0) close(pair[1]);
+    throw;
+  }
+  if (pair[1] >= 0) close(pair[1]);
+  w.pid = s.pid;
+  w.alive = true;
+  w.control_fd = pair[0];
+  workers_.push_back(w);  // from here on, begin_stop reaches it
+  try {
+    mux_->add(w.rank, StreamKind::out, s.stdout_fd);
+  } catch (...) {
+    close(s.stderr_fd);
+    throw;
+  }
+  mux_->add(w.rank, StreamKind::err, s.stderr_fd);
+}
+
+// A line (or the end) on a worker's control socket.
+void Attempt::on_control(LocalWorker& w) {
+  char chunk[4096];
+  for (;;) {
+    const ssize_t n = read(w.control_fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) {  // the worker closed it (it exits): its exit is reaped as any
+      close(w.control_fd);
+      w.control_fd = -1;
+      return;
+    }
+    w.control_in.append(chunk, static_cast<size_t>(n));
+  }
+  for (size_t nl; (nl = w.control_in.find('\n')) != std::string::npos;) {
+    const std::string line = w.control_in.substr(0, nl);
+    w.control_in.erase(0, nl + 1);
+    if (line == "hello") {
+      w.hello = true;
+    } else if (line.rfind("lost", 0) == 0 || line.rfind("paused", 0) == 0) {
+      on_held(w, line);
+    } else {
+      spdlog::warn("rank {} sent '{}' on its elastic control socket; ignored", w.rank, line);
+    }
+  }
+}
+
+// The worker waits for the next generation: out of this attempt, but kept alive. "lost" is
+// a failure, as the exit it replaces would be; "paused" is a stop to be resumed.
+void Attempt::on_held(LocalWorker& w, const std::string& message) {
+  if (!w.alive) return;
+  w.alive = false;
+  w.held = true;
+  w.hello = true;
+  mux_->drain_rank(w.rank);
+  if (message.rfind("paused", 0) == 0) {
+    w.resumable = true;
+    return;
+  }
+  if (stopping_) return;  // a consequence of the failure already being handled
+  Failure f;
+  f.attempt = attempt_;
+  f.node = o_.node_rank;
+  f.host = host_;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = w.pid;
+  f.reason = "rank " + std::to_string(w.rank) + " " + (message.size() > 5 ? message.substr(5) : std::string()) +
+             " (the process is kept for the next generation)";
+  f.stderr_tail = mux_->stderr_tail(w.rank);
+  local_failure_ = f;
+  publish(f, "failed");
+  begin_stop(SIGTERM, true);
 }
 
 void Attempt::publish(const Failure& f, const std::string& outcome) {
@@ -147,13 +296,13 @@ void Attempt::publish(const Failure& f, const std::string& outcome) {
   outcome_ = outcome;
 }
 
-void Attempt::begin_stop(int sig) {
+void Attempt::begin_stop(int sig, bool keep) {
   if (!stopping_) {
     stopping_ = true;
     kill_deadline_ = Clock::now() + o_.grace;
   }
   for (const auto& w : workers_) {
-    if (w.alive) signal_group(w.pid, sig);
+    if (w.alive && !(keep && w.hello && o_.recovers_in_memory())) signal_group(w.pid, sig);
   }
 }
 
@@ -243,7 +392,7 @@ void Attempt::on_worker_exit(LocalWorker& w, int status) {
   f.stderr_tail = mux_->stderr_tail(w.rank);
   local_failure_ = f;
   publish(f, "failed");
-  begin_stop(SIGTERM);
+  begin_stop(SIGTERM, true);
 }
 
 void Attempt::on_termination_signal(int sig) {
@@ -346,7 +495,7 @@ void Attempt::on_outcome(const OutcomeWatcher::Result& r) {
     kill_deadline_ = Clock::now() + o_.grace;
     return;
   }
-  if (r.outcome != "ok" && !stopping_) begin_stop(SIGTERM);
+  if (r.outcome != "ok" && !stopping_) begin_stop(SIGTERM, r.outcome == "failed");
 }
 
 void Attempt::on_health(const HealthWatch::Events& e) {
@@ -364,7 +513,7 @@ void Attempt::on_health(const HealthWatch::Events& e) {
     f.reason = *why;
     local_failure_ = f;
     publish(f, "failed");
-    begin_stop(SIGTERM);
+    begin_stop(SIGTERM, true);
   }
 }
 
@@ -378,11 +527,20 @@ void Attempt::on_joiner() {
     if (store_error_.empty()) store_error_ = e.what();
     return;
   }
-  spdlog::warn("{} node(s) ask to join (generation {} has {} of at most {} nodes): sending SIGUSR1 to the workers, "
-               "which stop at their next checkpoint; the job goes on with the new nodes from there",
-               waiting, attempt_, o_.nnodes, o_.nnodes_max);
+  const bool in_memory = o_.recovers_in_memory() &&
+                         std::all_of(workers_.begin(), workers_.end(), [](const LocalWorker& w) { return w.hello; });
+  spdlog::warn("{} node(s) ask to join (generation {} has {} of at most {} nodes): {}; the job goes on with the new "
+               "nodes from there",
+               waiting, attempt_, o_.nnodes, o_.nnodes_max,
+               in_memory ? "asking the workers to pause at their next commit"
+                         : "sending SIGUSR1 to the workers, which stop at their next checkpoint");
   for (const auto& w : workers_) {
-    if (w.alive) kill(w.pid, SIGUSR1);  // the worker only: tandem-train stops with a checkpoint, exit 75
+    if (!w.alive) continue;
+    if (in_memory) {
+      send_control(w.control_fd, "pause\n");
+    } else {
+      kill(w.pid, SIGUSR1);  // the worker only: tandem-train stops with a checkpoint, exit 75
+    }
   }
 }
 
@@ -457,7 +615,10 @@ AttemptEnd Attempt::run() {
     fds.push_back({health_->fd(), POLLIN, 0});
     // Always present (fd -1 is ignored by poll) so the pipes start at index 4.
     fds.push_back({joiner_watcher_ ? joiner_watcher_->fd() : -1, POLLIN, 0});
-    for (int fd : mux_->open_fds()) fds.push_back({fd, POLLIN, 0});
+    const std::vector<int> pipes = mux_->open_fds();
+    for (int fd : pipes) fds.push_back({fd, POLLIN, 0});
+    const size_t controls = fds.size();
+    for (const auto& w : workers_) fds.push_back({w.alive ? w.control_fd : -1, POLLIN, 0});
     milliseconds timeout = kIdleWake;
     if (stopping_ && !killed_) {
       timeout = std::min(timeout, std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(
@@ -488,8 +649,11 @@ AttemptEnd Attempt::run() {
         joiner_watcher_.reset();  // the outcome watcher reports a lost store
       }
     }
-    for (size_t i = 4; i < fds.size(); ++i) {
+    for (size_t i = 4; i < controls; ++i) {
       if (fds[i].revents) mux_->on_readable(fds[i].fd);
+    }
+    for (size_t i = controls; i < fds.size(); ++i) {
+      if (fds[i].revents && fds[i].fd >= 0) on_control(workers_[i - controls]);
     }
     if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
       bool any = false;
@@ -502,7 +666,15 @@ AttemptEnd Attempt::run() {
   // stays reserved while any member lives, so this cannot reach an unrelated group
   // unless the group is already empty and its id was reused in between (the kernel
   // would have to wrap around its pid space in that time).
-  for (const auto& w : workers_) signal_group(w.pid, SIGKILL);
+  for (auto& w : workers_) {
+    if (!w.held) {
+      signal_group(w.pid, SIGKILL);
+      continue;
+    }
+    // Kept for the next generation (the caller releases it if there is none).
+    const auto [out, err] = mux_->release(w.rank);
+    if (kept_) kept_->push_back({w.local_rank, w.pid, w.control_fd, out, err});
+  }
   drain_after_exit();
   return result();
 }
@@ -544,9 +716,21 @@ AttemptEnd Attempt::result() {
 
 }  // namespace
 
+void release_kept(std::vector<KeptWorker>& kept) {
+  for (const KeptWorker& k : kept) {
+    signal_group(k.pid, SIGKILL);
+    int status = 0;
+    while (waitpid(k.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    for (int fd : {k.control_fd, k.stdout_fd, k.stderr_fd})
+      if (fd >= 0) close(fd);
+  }
+  kept.clear();
+}
+
 AttemptEnd run_attempt(const LaunchOptions& options, JobStore& store, LauncherSignals& signals, Console& console,
-                       const std::string& program_path, int attempt) {
-  Attempt a(options, store, signals, console, program_path, attempt);
+                       const std::string& program_path, int attempt, std::vector<KeptWorker>* kept) {
+  Attempt a(options, store, signals, console, program_path, attempt, kept);
   return a.run();
 }
 

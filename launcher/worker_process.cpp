@@ -88,7 +88,7 @@ std::vector<std::string> merged_environment(const std::vector<std::pair<std::str
 }
 
 SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env, int inherit_fd) {
+                           const std::vector<std::string>& env, const std::vector<int>& inherit_fds) {
   // Everything the child needs is built here: after fork it may not allocate.
   std::vector<char*> c_argv;
   for (const auto& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
@@ -127,7 +127,8 @@ SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::strin
     if (devnull >= 0) dup2(devnull, 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
-    if (inherit_fd >= 0) fcntl(inherit_fd, F_SETFD, 0);
+    for (const int fd : inherit_fds)
+      if (fd >= 0) fcntl(fd, F_SETFD, 0);
     execve(path.c_str(), c_argv.data(), c_env.data());
     const int e = errno;
     write_text(2, "tandemrun: cannot execute ");

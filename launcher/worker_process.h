@@ -28,13 +28,13 @@ std::string resolve_program(const std::string& name);
 // The launcher's environment with `overrides` replacing (or adding) variables.
 std::vector<std::string> merged_environment(const std::vector<std::pair<std::string, std::string>>& overrides);
 
-// Forks and execs `path` with `argv` and `env`; the worker inherits `inherit_fd` (if
-// >= 0) though it is close-on-exec in the launcher. Must be called from the thread that
+// Forks and execs `path` with `argv` and `env`; the worker inherits each of `inherit_fds`
+// (those >= 0) though they are close-on-exec in the launcher. Must be called from the thread that
 // outlives the worker (PDEATHSIG follows the forking thread). An exec failure shows up
 // as exit code 127 with the reason on the worker's stderr. Throws std::runtime_error
 // when the pipes or the fork cannot be made.
 SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env, int inherit_fd = -1);
+                           const std::vector<std::string>& env, const std::vector<int>& inherit_fds = {});
 
 // kill(-pgid, sig); a group that is already gone is not an error.
 void signal_group(pid_t pgid, int sig);

@@ -23,10 +23,13 @@ fail() { echo "FAIL: $*"; FAILED=1; }
 [ -x "$TRAIN" ] || netns_skip "tandem-train is not built in $BIN"
 netns_setup 3
 STEPS=2000
-# 4800 samples: 100 steps an epoch at 3 x 16, so every checkpoint converts to 2 ranks.
+# 4800 samples: 100 steps an epoch at 3 x 16; the global batch 48 is kept (--elastic-batch
+# global, the default under an elastic tandemrun), so every commit converts to 2 ranks.
+# Commits (recovery in memory, the default) fall on checkpoints, which the reference runs
+# resume from.
 JOB=(--mode ddp --backend gloo --data synthetic --synthetic-train 4800 --synthetic-test 512 --model mlp --hidden 64
-     --batch-size 16 --lr 0.02 --no-progress --threads 1 --epochs 1000 --max-steps "$STEPS" --save-every 100
-     --keep-last 0 --collective-timeout-s 5 --seed 3 --log-every 1)
+     --batch-size 16 --lr 0.02 --no-progress --threads 1 --epochs 1000 --max-steps "$STEPS" --save-every 50
+     --commit-every 50     --keep-last 0 --collective-timeout-s 5 --seed 3 --log-every 1)
 
 # start TAG: the three nodes' tandemrun in the background; node N's output in
 # $NETNS_TMP/TAG.N (node 0's read from fd $out), its exit code in TAG.rc.N.
@@ -38,7 +41,7 @@ start() {
     local sink="$NETNS_TMP/$tag.$n" rank=()
     [ "$n" = 0 ] && sink="$NETNS_TMP/$tag.fifo" && rank=(--node-rank 0)
     (in_ns "$n" timeout 240 "$TANDEMRUN" --nnodes 2:3 "${rank[@]}" --nproc-per-node 1 --master-addr "$ADDR0" \
-      --master-port "$port" --rdzv-timeout-s 20 --rdzv-last-call-s 5 --grace-s 1 \
+      --master-port "$port" --job-id "nse-$tag" --rdzv-timeout-s 20 --rdzv-last-call-s 5 --grace-s 1 \
       -- "$TRAIN" "${JOB[@]}" --checkpoint-dir "$NETNS_TMP/$tag-ck" --resume auto \
       --summary-json "$NETNS_TMP/$tag.json" >"$sink" 2>&1
      echo $? >"$NETNS_TMP/$tag.rc.$n") &
@@ -99,7 +102,15 @@ no_survivors() {  # TAG: no process in any node's namespace, none of the job's a
     [ -z "$(ip netns pids "$(ns_name "$k")")" ] || fail "$1: processes left on node $k: $(ip netns pids "$(ns_name "$k")")"
   done
   pgrep -f -- "$NETNS_TMP/$1-ck" >/dev/null && fail "$1: processes left: $(pgrep -af -- "$NETNS_TMP/$1-ck")"
-  echo "ok: $1: no process left"
+  # Commit directories (recovery in memory): each tandemrun removes its own; one killed
+  # outright (the frozen node 2) leaves its own for the next tandemrun on the machine to
+  # sweep, which this test does in its place.
+  local d
+  for d in /dev/shm/tandem-commit-nse-"$1"-*; do
+    [ -e "$d" ] || continue
+    if [ "${d##*-}" = "${KILLED_LAUNCHER:-none}" ]; then rm -rf "$d"; else fail "$1: commit directory left: $d"; fi
+  done
+  echo "ok: $1: no process or commit directory left"
 }
 
 leaves() {  # TAG HOW: node 2 leaves by HOW (freeze | cut); the other two go on
@@ -122,9 +133,13 @@ leaves() {  # TAG HOW: node 2 leaves by HOW (freeze | cut); the other two go on
   for n in 0 1; do
     [ "$(cat "$NETNS_TMP/$tag.rc.$n")" = 0 ] || { fail "$tag: node $n exited $(cat "$NETNS_TMP/$tag.rc.$n")"; tail -30 "$NETNS_TMP/$tag.$n"; }
     expect_in "$NETNS_TMP/$tag.$n" "generation 1: 2 node(s)"
+    expect_in "$NETNS_TMP/$tag.$n" "1 of this node's 1 worker(s) kept from the generation before"
     expect_in "$NETNS_TMP/$tag.$n" ") left"
   done
+  KILLED_LAUNCHER=none
   if [ "$how" = freeze ]; then
+    KILLED_LAUNCHER="$(pgrep -f -- "--job-id nse-$tag" | while read -r p; do
+      [ "$(ip netns identify "$p")" = "$(ns_name 2)" ] && [ "$(ps -o comm= -p "$p")" = tandemrun ] && echo "$p"; done)"
     # shellcheck disable=SC2046
     kill -KILL $(ip netns pids "$(ns_name 2)")
   else
@@ -146,7 +161,7 @@ if m:
     at = t0.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=0, microsecond=0) + \
         datetime.timedelta(seconds=float(m.group(3)))
     print(f"(information only) recovery, node 2 {how}: {(at - t0).total_seconds():.2f} s from its removal to "
-          "generation 1's first step (collective timeout 5 s, last call 5 s, from a checkpoint)")
+          "generation 1's first step (collective timeout 5 s, last call 5 s; recovery in memory)")
 EOF
   same_as_checkpoint_run "$tag"
   no_survivors "$tag"

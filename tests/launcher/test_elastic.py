@@ -29,12 +29,13 @@ import test_launcher as tl  # noqa: E402  (same BIN_DIR WORKER arguments)
 TRAIN = os.path.join(tl.BIN, "tandem-train")
 F_SETPIPE_SZ = 1031
 STEPS = 2000
-# 4800 samples: an epoch is 100 steps of 3 x 16, so every checkpoint (each 100 steps)
-# falls on an epoch boundary and converts to any world size; the position inside an
-# epoch converts only to world sizes whose global batch divides the samples consumed.
+# 4800 samples: an epoch is 100 steps of 3 x 16. Under an elastic tandemrun tandem-train
+# keeps the global batch (48) across world sizes, so every commit and checkpoint (each 50
+# steps, on the same steps, so that a reference run can resume by checkpoint from the step
+# a generation resumed from in memory) converts to 2 and 4 ranks.
 JOB = ["--mode", "ddp", "--backend", "gloo", "--data", "synthetic", "--synthetic-train", "4800", "--synthetic-test",
        "512", "--model", "mlp", "--hidden", "64", "--batch-size", "16", "--lr", "0.02", "--no-progress", "--threads",
-       "1", "--epochs", "1000", "--max-steps", str(STEPS), "--save-every", "100", "--keep-last", "0", "--collective-timeout-s", "20",
+       "1", "--epochs", "1000", "--max-steps", str(STEPS), "--save-every", "50", "--commit-every", "50", "--keep-last", "0", "--collective-timeout-s", "20",
        "--seed", "3", "--log-every", "1"]
 
 
@@ -97,7 +98,9 @@ def test_elastic_usage():
                          (["--nnodes", "1:2", "--node-rank", "1"], "--node-rank 1: with --nnodes 1:2 node ranks"),
                          (["--nnodes", "1:2", "--rdzv-endpoint", "h:5", "--node-rank", "0"],
                           "--node-rank: not with --nnodes 1:2 and --rdzv-endpoint"),
-                         (["--nnodes", "1:2", "--rdzv-last-call-s", "-1"], "--rdzv-last-call-s")):
+                         (["--nnodes", "1:2", "--rdzv-last-call-s", "-1"], "--rdzv-last-call-s"),
+                         (["--nnodes", "1:2", "--elastic-recovery", "disk"], "--elastic-recovery: disk not in"),
+                         (["--elastic-recovery", "memory"], "--elastic-recovery: only for an elastic job")):
         rc, r = tl.run(args, ["--mode", "ok"])
         tl.check(rc == 2 and expect in r.text()[1], f"tandemrun {args}: exit {rc}, expected 2 naming {expect!r}", r)
         tl.check(not r.out, "a refused command line started workers", r)
@@ -144,14 +147,15 @@ def resumed_reference(tmp, ck, step, world, name):
     return summary(out)
 
 
-def lost_node_case(tmp, kill):
+def lost_node_case(tmp, kill, recovery):
     """Three nodes of a 2:3 job train; node id 2 is taken away by `kill`(its Run) while
-    node 0 is held; the other two form generation 1 and finish from the newest checkpoint."""
+    node 0 is held; the other two form generation 1 and finish, from their newest commit
+    (their processes kept, `recovery` "memory") or the newest checkpoint ("checkpoint")."""
     port = tl.free_port()
     ck, out, train = training(tmp)
     # Long enough that generation 0 waits for all three however slowly they start; the
     # survivors wait as long for the lost node before generation 1 closes without it.
-    flags = ["--rdzv-last-call-s", "5"]
+    flags = ["--rdzv-last-call-s", "5", "--elastic-recovery", recovery]
     # Past the first checkpoint (step 100), so generation 1 resumes from one.
     logs = os.path.join(tmp, "logs0")
     n0 = node(port, "ell", "2:3", flags + ["--log-dir", logs], worker=train, host=True, gate=r"step 150/")
@@ -165,7 +169,16 @@ def lost_node_case(tmp, kill):
         tl.check(r.finish() == 0, "a surviving node did not finish", r)
         err_has(r, "generation 1: 2 node(s)")
         err_has(r, ") left")
+        kept = any("1 of this node's 1 worker(s) kept from the generation before" in l for l in r.err)
+        tl.check(kept == (recovery == "memory"), f"recovery {recovery}, yet the worker was{'' if kept else ' not'} kept",
+                 r)
+    if recovery == "memory":
+        tl.check(any("elastic recovery: rank 0's commit of step" in l for l in n0.out), "no commit was shared", n0)
     n2.finish()
+    # No commit directory is left: the survivors removed theirs, and node 2's (killed
+    # outright) when they ended.
+    left = [d for d in os.listdir("/dev/shm") if d.startswith("tandem-commit-ell-")] if os.path.isdir("/dev/shm") else []
+    tl.check(not left, f"commit directories left in /dev/shm: {left}", n0)
     with open(os.path.join(logs, "elastic.json")) as f:
         h = json.load(f)
     gens = [(g["generation"], len(g["nodes"]), g["world_size"], g["outcome"]) for g in h["generations"]]
@@ -187,14 +200,16 @@ def lost_node_case(tmp, kill):
     if stamp:
         at = killed_at.replace(hour=int(stamp.group(1)), minute=int(stamp.group(2)), second=0, microsecond=0) + \
             datetime.timedelta(seconds=float(stamp.group(3)))
-        print(f"recovery: {(at - killed_at).total_seconds():.2f} s from the kill to generation 1's first step "
-              f"(from a checkpoint, --rdzv-last-call-s {flags[1]})")
+        print(f"recovery ({recovery}): {(at - killed_at).total_seconds():.2f} s from the kill to generation 1's first "
+              f"step (--rdzv-last-call-s {flags[1]})")
 
 
 def test_elastic_node_killed():
-    with tempfile.TemporaryDirectory() as tmp:
-        # SIGKILL to node id 2's tandemrun: its rank dies with it (parent-death signal).
-        lost_node_case(tmp, lambda r: r.proc.send_signal(signal.SIGKILL))
+    # SIGKILL to node id 2's tandemrun: its rank dies with it (parent-death signal). Both
+    # recovery paths, one after the other, so their times print side by side.
+    for recovery in ("memory", "checkpoint"):
+        with tempfile.TemporaryDirectory() as tmp:
+            lost_node_case(tmp, lambda r: r.proc.send_signal(signal.SIGKILL), recovery)
 
 
 def node0_case(tmp, external):
@@ -294,6 +309,7 @@ def test_elastic_node_leaves():
             tl.check(r.finish() == 0, "a remaining node did not finish", r)
             err_has(r, "generation 1: 2 node(s)")
             err_has(r, ") left")
+            err_has(r, "1 of this node's 1 worker(s) kept from the generation before")
         s = summary(out)
         ref = resumed_reference(tmp, ck, s["resumed_from_step"], 2, "ref")
         tl.check(ref["param_checksum"] == s["param_checksum"] and s["steps"] == STEPS,
@@ -329,6 +345,14 @@ def test_elastic_join():
             err_has(r, "generation 1: 4 node(s)")
             err_has(r, ") joined")
         err_has(n0, "ask to join")
+        # Recovery in memory (the default): the three kept their processes, paused at a
+        # commit; the joiner's rank received node 0's commit over the new group.
+        err_has(n0, "asking the workers to pause at their next commit")
+        for r in (n0, n1, n2):
+            err_has(r, "1 of this node's 1 worker(s) kept from the generation before")
+        tl.check(any("paused at step" in l for l in n0.out), "rank 0 did not pause at a commit", n0)
+        tl.check(any("elastic recovery: rank 0's commit of step" in l and "sent to 4 ranks" in l for l in n0.out),
+                 "node 0's commit was not sent to the four ranks", n0)
         s = summary(out)
         tl.check(s["steps"] == STEPS and s["resumed_from_step"] is not None,
                  f"summary: steps {s['steps']}, resumed_from_step {s['resumed_from_step']}", n0)
