@@ -130,6 +130,20 @@ class History {
   }
   void end(const std::string& outcome) { generations_.back()["outcome"] = outcome; }
 
+  // The workers' copy (TANDEM_ELASTIC_HISTORY): per generation, its number, node count,
+  // world size, change and formed_after_s; the newest kKeptForWorkers only.
+  std::string for_workers() const {
+    constexpr size_t kKeptForWorkers = 32;
+    nlohmann::json out = nlohmann::json::array();
+    const size_t from = generations_.size() > kKeptForWorkers ? generations_.size() - kKeptForWorkers : 0;
+    for (size_t i = from; i < generations_.size(); ++i) {
+      const auto& g = generations_[i];
+      out.push_back({{"generation", g["generation"]}, {"nodes", g["nodes"].size()}, {"world_size", g["world_size"]},
+                     {"change", g["change"]}, {"formed_after_s", g["formed_after_s"]}});
+    }
+    return out.dump();
+  }
+
   // Logs the history and writes the file; returns `code`, tandemrun's exit code.
   int finish(int code) {
     std::string line;
@@ -201,6 +215,7 @@ int run_generations(const LaunchOptions& o, JobStore& store, LauncherSignals& si
                                                          std::chrono::steady_clock::now() - *ended_at)
                                                          .count())
                              : std::nullopt);
+      go.elastic_history = history.for_workers();
       const AttemptEnd end = run_attempt(go, store, signals, console, program, g, &kept.workers);
       ended_at = std::chrono::steady_clock::now();
       if (end.kind == AttemptEnd::Kind::ok) {

@@ -47,6 +47,9 @@ struct LaunchOptions {
   // Recovery in memory: the node's directory (tmpfs) of its workers' commits, one
   // subdirectory per local rank; made and removed by run_generations, not a flag.
   std::string commit_root;
+  // Elastic: the generations so far as compact JSON, handed to the workers as
+  // TANDEM_ELASTIC_HISTORY (tandem-train's summary reports it); set by run_generations.
+  std::string elastic_history;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0: node 0 picks a free one (single node only)
   // Under srun without --master-port: every candidate port, master_port first (node 0

@@ -58,6 +58,13 @@ struct RunSummary {
   std::optional<std::string> stopped_by;
   int restart_count = 0, slurm_restart_count = 0;
   std::optional<int64_t> resumed_from_step;
+  // "checkpoint" or "commit" (an elastic tandemrun's recovery in memory); null for a fresh start.
+  std::optional<std::string> resumed_from;
+  // In-memory commits this process made in its generation (--commit-every), and their mean
+  // time; the elastic job's generations so far (TANDEM_ELASTIC_HISTORY, JSON), when under one.
+  int64_t commits = 0;
+  std::optional<double> commit_ms;
+  std::optional<std::string> elastic_history_json;
   // --elastic-batch in force (models/elastic_batch.h; "off" outside DDP), the world size the
   // job first ran at, and the per-rank batch, --grad-accum and rates trained with: the
   // flags', or what the policy made of them on a resume at another world size.

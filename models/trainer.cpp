@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <spdlog/spdlog.h>
 
 #include "collectives/init.h"
@@ -131,6 +132,7 @@ void Trainer::resume() {
   strategy_->set_counters(counters);
   step_ = last_saved_step_ = m.step;
   resumed_from_step_ = m.step;
+  resumed_from_commit_ = elastic_ && from.rfind(elastic_->commit_dir(), 0) == 0;
   start_ = m.position_for(train_batches_->batch_size(), train_batches_->replicas());
   // Saved right after an epoch's last step: the loop would have moved on to the next epoch.
   if (start_.step_in_epoch + accum_ > train_batches_->steps_per_epoch()) start_ = {start_.epoch + 1, 0};
@@ -178,7 +180,10 @@ void Trainer::save() {
 // sharded): in RAM, the newest only.
 void Trainer::commit() {
   Tracer::Scope span(tracer_.get(), "commit");
+  const auto t0 = std::chrono::steady_clock::now();
   save_checkpoint(elastic_->commit_dir(), strategy_->model(), strategy_->optimizer(), checkpoint_meta(), 1);
+  commit_ms_ += ms_since(t0);
+  ++commits_;
 }
 
 // Whether any rank's tandemrun asked to pause (a node asks to join): all ranks pause at
@@ -437,6 +442,11 @@ RunSummary Trainer::summary() const {
   s.restart_count = restarts_.restart_count;
   s.slurm_restart_count = restarts_.slurm_restart_count;
   s.resumed_from_step = resumed_from_step_;
+  if (resumed_from_step_) s.resumed_from = resumed_from_commit_ ? "commit" : "checkpoint";
+  s.commits = commits_;
+  if (commits_ > 0) s.commit_ms = commit_ms_ / static_cast<double>(commits_);
+  if (const char* history = std::getenv("TANDEM_ELASTIC_HISTORY"); history && *history)
+    s.elastic_history_json = history;
   s.elastic_batch = elastic_batch_str(c_.elastic_batch);
   s.base_world_size = c_.elastic_base_world > 0 ? c_.elastic_base_world : s.world_size;
   s.batch_size = c_.batch_size;

@@ -92,6 +92,9 @@ class Trainer {
   std::string last_saved_path_;            // rank 0's (the writer's) last checkpoint
   std::optional<std::string> stopped_by_;  // "SIGUSR1" once the ranks agreed to stop
   bool paused_ = false;                    // stopped at a commit for an elastic tandemrun
+  int64_t commits_ = 0;
+  bool resumed_from_commit_ = false;
+  double commit_ms_ = 0;  // all commits together
   int64_t epochs_completed_ = 0;
   int64_t steps_this_run_ = 0;
   double last_loss_ = 0;

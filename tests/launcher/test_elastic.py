@@ -189,6 +189,12 @@ def lost_node_case(tmp, kill, recovery):
     tl.check(s["steps"] == STEPS and s["resumed_from_step"] is not None and s["restart_count"] == 1,
              f"summary: steps {s['steps']}, resumed_from_step {s['resumed_from_step']}, restart_count "
              f"{s['restart_count']}", n0)
+    hist = [(g["generation"], g["nodes"], g["world_size"]) for g in s["elastic_history"] or []]
+    tl.check(s["resumed_from"] == ("commit" if recovery == "memory" else "checkpoint") and
+             (s["commits"] > 0) == (recovery == "memory") and hist == [(0, 3, 3), (1, 2, 2)] and
+             s["elastic_history"][1]["formed_after_s"] > 0,
+             f"summary: resumed_from {s['resumed_from']}, commits {s['commits']}, elastic_history "
+             f"{s['elastic_history']}", n0)
     ref = resumed_reference(tmp, ck, s["resumed_from_step"], 2, "ref")
     tl.check(ref["param_checksum"] == s["param_checksum"],
              f"the elastic job ends at {s['param_checksum']}, the 3->2 checkpoint run at {ref['param_checksum']}", n0)
