@@ -110,6 +110,8 @@ class Attempt {
   void on_outcome(const OutcomeWatcher::Result& r);
   void on_health(const HealthWatch::Events& e);
   void on_joiner();
+  // The failure of one local rank: who, where, and its stderr tail.
+  Failure rank_failure(const LocalWorker& w) const;
   void publish(const Failure& f, const std::string& outcome);
   // keep: a stop after a failure, under recovery in memory: workers that said hello are
   // left to report "lost" (and are kept) rather than signalled.
@@ -272,6 +274,15 @@ void Attempt::on_held(LocalWorker& w, const std::string& message) {
     return;
   }
   if (stopping_) return;  // a consequence of the failure already being handled
+  Failure f = rank_failure(w);
+  f.reason = "rank " + std::to_string(w.rank) + " " + (message.size() > 5 ? message.substr(5) : std::string()) +
+             " (the process is kept for the next generation)";
+  local_failure_ = f;
+  publish(f, "failed");
+  begin_stop(SIGTERM, true);
+}
+
+Failure Attempt::rank_failure(const LocalWorker& w) const {
   Failure f;
   f.attempt = attempt_;
   f.node = o_.node_rank;
@@ -279,12 +290,8 @@ void Attempt::on_held(LocalWorker& w, const std::string& message) {
   f.rank = w.rank;
   f.local_rank = w.local_rank;
   f.pid = w.pid;
-  f.reason = "rank " + std::to_string(w.rank) + " " + (message.size() > 5 ? message.substr(5) : std::string()) +
-             " (the process is kept for the next generation)";
   f.stderr_tail = mux_->stderr_tail(w.rank);
-  local_failure_ = f;
-  publish(f, "failed");
-  begin_stop(SIGTERM, true);
+  return f;
 }
 
 void Attempt::publish(const Failure& f, const std::string& outcome) {
@@ -377,19 +384,12 @@ void Attempt::on_worker_exit(LocalWorker& w, int status) {
     w.resumable = true;  // its peers stop at the same step; on_all_exited decides
     return;
   }
-  Failure f;
-  f.attempt = attempt_;
-  f.node = o_.node_rank;
-  f.host = host_;
-  f.rank = w.rank;
-  f.local_rank = w.local_rank;
-  f.pid = w.pid;
+  Failure f = rank_failure(w);
   if (WIFSIGNALED(status)) {
     f.signal = WTERMSIG(status);
   } else {
     f.exit_code = WEXITSTATUS(status);
   }
-  f.stderr_tail = mux_->stderr_tail(w.rank);
   local_failure_ = f;
   publish(f, "failed");
   begin_stop(SIGTERM, true);
@@ -469,11 +469,8 @@ void Attempt::on_all_exited() {
   }
   // Some stopped to be resumed while others ran to the end: the job is neither done nor
   // resumable as one. The first such rank is the failure to report.
-  const LocalWorker& w = *std::find_if(workers_.begin(), workers_.end(), [](const LocalWorker& x) { return x.resumable; });
-  f.rank = w.rank;
-  f.local_rank = w.local_rank;
-  f.pid = w.pid;
-  f.stderr_tail = mux_->stderr_tail(w.rank);
+  f = rank_failure(*std::find_if(workers_.begin(), workers_.end(), [](const LocalWorker& x) { return x.resumable; }));
+  f.exit_code = kExitStoppedToResume;
   local_failure_ = f;
   publish(f, "failed");
 }
@@ -583,8 +580,10 @@ AttemptEnd Attempt::run() {
     ho.hang_timeout = o_.hang_timeout;
     ho.nnodes = o_.nnodes;
     // With the store on its own host a dead node no longer takes the store along: its
-    // silent heartbeat is how the other nodes learn of it.
-    if (o_.external_store()) ho.node_lost_after = kNodeLostAfter;
+    // silent heartbeat is how the other nodes learn of it. An elastic job watches it too,
+    // so a frozen or cut-off node ends its generation within kNodeLostAfter rather than
+    // the collective timeout (600 s by default) its peers' ranks would wait out.
+    if (o_.external_store() || o_.elastic()) ho.node_lost_after = kNodeLostAfter;
     health_ = std::make_unique<HealthWatch>(store_.workers_connection(), ho);
   } catch (const std::exception& e) {
     store_error_ = e.what();

@@ -29,7 +29,7 @@ STEPS=2000
 # resume from.
 JOB=(--mode ddp --backend gloo --data synthetic --synthetic-train 4800 --synthetic-test 512 --model mlp --hidden 64
      --batch-size 16 --lr 0.02 --no-progress --threads 1 --epochs 1000 --max-steps "$STEPS" --save-every 50
-     --commit-every 50     --keep-last 0 --collective-timeout-s 5 --seed 3 --log-every 1)
+     --commit-every 50     --keep-last 0 --seed 3 --log-every 1)
 
 # start TAG: the three nodes' tandemrun in the background; node N's output in
 # $NETNS_TMP/TAG.N (node 0's read from fd $out), its exit code in TAG.rc.N.
@@ -42,7 +42,7 @@ start() {
     [ "$n" = 0 ] && sink="$NETNS_TMP/$tag.fifo" && rank=(--node-rank 0)
     (in_ns "$n" timeout 240 "$TANDEMRUN" --nnodes 2:3 "${rank[@]}" --nproc-per-node 1 --master-addr "$ADDR0" \
       --master-port "$port" --job-id "nse-$tag" --rdzv-timeout-s 20 --rdzv-last-call-s 5 --grace-s 1 \
-      -- "$TRAIN" "${JOB[@]}" --checkpoint-dir "$NETNS_TMP/$tag-ck" --resume auto \
+      -- "$TRAIN" "${JOB[@]}" --collective-timeout-s "$COLLECTIVE_TIMEOUT_S" --checkpoint-dir "$NETNS_TMP/$tag-ck" --resume auto \
       --summary-json "$NETNS_TMP/$tag.json" >"$sink" 2>&1
      echo $? >"$NETNS_TMP/$tag.rc.$n") &
   done
@@ -113,8 +113,12 @@ no_survivors() {  # TAG: no process in any node's namespace, none of the job's a
   echo "ok: $1: no process or commit directory left"
 }
 
-leaves() {  # TAG HOW: node 2 leaves by HOW (freeze | cut); the other two go on
+# leaves TAG HOW [COLLECTIVE_TIMEOUT_S]: node 2 leaves by HOW (freeze | cut); the other two
+# go on. With the collective timeout (default 5 s) longer than tandemrun's node heartbeat
+# timeout (10 s), the heartbeat finds the node first.
+leaves() {
   local tag="$1" how="$2"
+  COLLECTIVE_TIMEOUT_S="${3:-5}"
   start "$tag"
   underway "$tag"
   local taken_at
@@ -133,7 +137,14 @@ leaves() {  # TAG HOW: node 2 leaves by HOW (freeze | cut); the other two go on
   for n in 0 1; do
     [ "$(cat "$NETNS_TMP/$tag.rc.$n")" = 0 ] || { fail "$tag: node $n exited $(cat "$NETNS_TMP/$tag.rc.$n")"; tail -30 "$NETNS_TMP/$tag.$n"; }
     expect_in "$NETNS_TMP/$tag.$n" "generation 1: 2 node(s)"
-    expect_in "$NETNS_TMP/$tag.$n" "1 of this node's 1 worker(s) kept from the generation before"
+    if [ "$COLLECTIVE_TIMEOUT_S" -le 5 ]; then
+      # The collectives fail first: the ranks say "lost" and are kept.
+      expect_in "$NETNS_TMP/$tag.$n" "1 of this node's 1 worker(s) kept from the generation before"
+    else
+      # The heartbeat: the ranks, still blocked in their collective, are restarted and take
+      # the commit from RAM all the same.
+      expect_in "$NETNS_TMP/$tag.$n" "stopped writing its heartbeat to the store"
+    fi
     expect_in "$NETNS_TMP/$tag.$n" ") left"
   done
   KILLED_LAUNCHER=none
@@ -150,10 +161,13 @@ leaves() {  # TAG HOW: node 2 leaves by HOW (freeze | cut); the other two go on
   grep -h "formed" "$NETNS_TMP/$tag.0" | sed 's/^/(information only) /'
   # From node 2's removal to generation 1's first step (the last time node 0 logged the
   # step after the one it resumed from; generation 0 logged it too). Reported, not asserted.
-  python3 - "$NETNS_TMP/$tag.0" "$NETNS_TMP/$tag.json" "$taken_at" "$how" <<'EOF'
+  python3 - "$NETNS_TMP/$tag.0" "$NETNS_TMP/$tag.json" "$taken_at" "$how" "$COLLECTIVE_TIMEOUT_S" <<'EOF' || FAILED=1
 import datetime, json, re, sys
-log, summary, taken, how = sys.argv[1:]
-step = json.load(open(summary))["resumed_from_step"]
+log, summary, taken, how, timeout = sys.argv[1:]
+s = json.load(open(summary))
+step = s["resumed_from_step"]
+if s["resumed_from"] != "commit":
+    sys.exit(f"FAIL: generation 1 resumed from {s['resumed_from']}, not from the commit in RAM")
 lines = [l for l in open(log, errors="replace") if f" step {step + 1}/" in l]
 m = re.search(r"\[(\d\d):(\d\d):(\d\d\.\d+)\]", lines[-1]) if lines else None
 if m:
@@ -161,14 +175,57 @@ if m:
     at = t0.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=0, microsecond=0) + \
         datetime.timedelta(seconds=float(m.group(3)))
     print(f"(information only) recovery, node 2 {how}: {(at - t0).total_seconds():.2f} s from its removal to "
-          "generation 1's first step (collective timeout 5 s, last call 5 s; recovery in memory)")
+          f"generation 1's first step (collective timeout {timeout} s, node heartbeat timeout 10 s, last call 5 s; "
+          "recovery in memory)")
 EOF
   same_as_checkpoint_run "$tag"
   no_survivors "$tag"
 }
 
+# returns TAG: node 2 is frozen, the other two go on without it; resumed (SIGCONT), it finds
+# its generation over, asks to join, and the job grows back to three nodes at a commit.
+returns() {
+  local tag="$1" line n
+  COLLECTIVE_TIMEOUT_S=5
+  KILLED_LAUNCHER=none
+  start "$tag"
+  underway "$tag"
+  # shellcheck disable=SC2046
+  kill -STOP $(ip netns pids "$(ns_name 2)")
+  while IFS= read -r -u "$out" line; do
+    printf '%s\n' "$line" >>"$NETNS_TMP/$tag.0"
+    [[ "$line" == *"generation 1: 2 node(s)"* ]] && break
+  done
+  # shellcheck disable=SC2046
+  kill -CONT $(ip netns pids "$(ns_name 2)")
+  cat <&"$out" >>"$NETNS_TMP/$tag.0" &
+  local drain=$!
+  ended "$tag" 0 1 2 || fail "$tag: the three nodes did not end"
+  wait "$drain"
+  exec {out}<&-
+  for n in 0 1 2; do
+    [ "$(cat "$NETNS_TMP/$tag.rc.$n")" = 0 ] || { fail "$tag: node $n exited $(cat "$NETNS_TMP/$tag.rc.$n")"; tail -30 "$NETNS_TMP/$tag.$n"; }
+    expect_in "$NETNS_TMP/$tag.$n" "generation 2: 3 node(s)"
+  done
+  expect_in "$NETNS_TMP/$tag.0" ") joined"
+  expect_in "$NETNS_TMP/$tag.2" "waiting to be admitted to generation 2"
+  python3 - "$NETNS_TMP/$tag.json" "$STEPS" <<'EOF' || FAILED=1
+import json, sys
+s = json.load(open(sys.argv[1]))
+worlds = [g["world_size"] for g in s["elastic_history"] or []]
+if s["steps"] != int(sys.argv[2]) or worlds != [3, 2, 3] or s["resumed_from"] != "commit":
+    sys.exit(f"FAIL: steps {s['steps']}, world sizes {worlds}, resumed_from {s['resumed_from']}")
+print(f"ok: 3 -> 2 -> 3 nodes, the returning node admitted at a commit; {s['steps']} steps")
+EOF
+  no_survivors "$tag"
+}
+
 leaves frozen freeze
 leaves cut cut
+returns returns
+# tandem-train's default collective timeout (600 s): the frozen node is found by its silent
+# heartbeat, not by its peers' collectives.
+leaves heartbeat freeze 600
 
 if [ "$FAILED" != 0 ]; then echo "SOME CHECKS FAILED"; exit 1; fi
 echo "all checks passed"
