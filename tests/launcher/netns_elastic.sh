@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # An elastic job (tandemrun --nnodes 2:3, docs/elastic.md) on three "machines" (network
 # namespaces on a bridge, netns_lib.sh), node 0 hosting the store, one rank per node
-# training over gloo. Node 2 leaves in the middle, two ways:
-#   freeze  every process of node 2 gets SIGSTOP: its peers' collectives time out
-#   cut     node 2's link goes down
-# Each time nodes 0 and 1 form generation 2 of 2 nodes without it and finish from the
-# newest checkpoint with the parameters of a fixed 2-rank run resumed from that same
-# checkpoint; node 2 is then ended (freeze: SIGKILL by pid; cut: it ends alone once its
-# store is gone) and nothing of the job is left in any namespace.
+# training over gloo. Node 2 leaves in the middle:
+#   kill       every process of node 2 gets SIGKILL: its peers' collectives fail at once
+#   freeze     every process of node 2 gets SIGSTOP: its peers' collectives time out
+#   cut        node 2's link goes down
+#   heartbeat  freeze under the default collective timeout: node 2's silent heartbeat
+# Each time nodes 0 and 1 form generation 1 of 2 nodes without it and finish, recovered
+# in memory, with the parameters of a fixed 2-rank run resumed from the checkpoint of the
+# step they rolled back to; node 2 is then ended (freeze: SIGKILL by pid; cut: it ends
+# alone once its store is gone) and nothing of the job is left in any namespace. Last, a
+# frozen node 2 is resumed (SIGCONT) and joins generation 2 (returns).
 # No sleep and no timing: node 0's output goes through a pipe this script stops reading
 # at step 150, which holds the job (node 0's rank blocks on its log, the others on their
 # next all-reduce) until node 2 is taken away; then the script reads on.
@@ -113,7 +116,14 @@ no_survivors() {  # TAG: no process in any node's namespace, none of the job's a
   echo "ok: $1: no process or commit directory left"
 }
 
-# leaves TAG HOW [COLLECTIVE_TIMEOUT_S]: node 2 leaves by HOW (freeze | cut); the other two
+# node2_launcher TAG: the pid of node 2's tandemrun.
+node2_launcher() {
+  pgrep -f -- "--job-id nse-$1" | while read -r p; do
+    [ "$(ip netns identify "$p")" = "$(ns_name 2)" ] && [ "$(ps -o comm= -p "$p")" = tandemrun ] && echo "$p"
+  done
+}
+
+# leaves TAG HOW [COLLECTIVE_TIMEOUT_S]: node 2 leaves by HOW (kill | freeze | cut); the other two
 # go on. With the collective timeout (default 5 s) longer than tandemrun's node heartbeat
 # timeout (10 s), the heartbeat finds the node first.
 leaves() {
@@ -123,9 +133,14 @@ leaves() {
   underway "$tag"
   local taken_at
   taken_at="$(date +%s.%N)"
+  KILLED_LAUNCHER=none
   if [ "$how" = freeze ]; then
     # shellcheck disable=SC2046
     kill -STOP $(ip netns pids "$(ns_name 2)")
+  elif [ "$how" = kill ]; then
+    KILLED_LAUNCHER="$(node2_launcher "$tag")"
+    # shellcheck disable=SC2046
+    kill -KILL $(ip netns pids "$(ns_name 2)")
   else
     link_node 2 down
   fi
@@ -147,13 +162,11 @@ leaves() {
     fi
     expect_in "$NETNS_TMP/$tag.$n" ") left"
   done
-  KILLED_LAUNCHER=none
   if [ "$how" = freeze ]; then
-    KILLED_LAUNCHER="$(pgrep -f -- "--job-id nse-$tag" | while read -r p; do
-      [ "$(ip netns identify "$p")" = "$(ns_name 2)" ] && [ "$(ps -o comm= -p "$p")" = tandemrun ] && echo "$p"; done)"
+    KILLED_LAUNCHER="$(node2_launcher "$tag")"
     # shellcheck disable=SC2046
     kill -KILL $(ip netns pids "$(ns_name 2)")
-  else
+  elif [ "$how" = cut ]; then
     link_node 2 up
   fi
   ended "$tag" 2 || fail "$tag: node 2 did not end"
@@ -220,6 +233,7 @@ EOF
   no_survivors "$tag"
 }
 
+leaves killed kill
 leaves frozen freeze
 leaves cut cut
 returns returns
