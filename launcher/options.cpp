@@ -238,7 +238,9 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& r) {
       ->capture_default_str();
   app.add_option("--log-dir", o.log_dir, "Also write DIR/attempt<K>/rank<R>.stdout|.stderr");
   app.add_option("--rank-filter", r.rank_filter, "Only these ranks reach the console, e.g. 0 or 0,2");
-  app.add_option("--grace-s", r.grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+  app.add_option("--grace-s", r.grace_s,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers (elastic, --elastic-recovery memory: "
+                 "also how long ranks have to report their broken group after a failure before they are restarted)")
       ->capture_default_str();
   app.add_option("--rdzv-timeout-s", r.rdzv_timeout_s, "Seconds to wait for every node to join")
       ->capture_default_str();

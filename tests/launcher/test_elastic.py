@@ -28,7 +28,7 @@ import test_launcher as tl  # noqa: E402  (same BIN_DIR WORKER arguments)
 
 TRAIN = os.path.join(tl.BIN, "tandem-train")
 F_SETPIPE_SZ = 1031
-STEPS = 2000
+STEPS = 600  # the gates hold the job near step 150 (or 25) until the test acts
 # 4800 samples: an epoch is 100 steps of 3 x 16. Under an elastic tandemrun tandem-train
 # keeps the global batch (48) across world sizes, so every commit and checkpoint (each 50
 # steps, on the same steps, so that a reference run can resume by checkpoint from the step
@@ -229,16 +229,17 @@ def node0_case(tmp, external):
         argv = lambda: [tl.TANDEMRUN, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-endpoint",
                         f"127.0.0.1:{port}", "--job-id", "el0", "--rdzv-timeout-s", "60", "--grace-s", "2",
                         "--rdzv-last-call-s", "5", "--"] + train
-        runs = [GatedRun(argv(), r"step 150/") for _ in range(3)]
+        runs = [GatedRun(argv(), r"step 160/") for _ in range(3)]
     else:
         port = tl.free_port()
-        runs = [node(port, "el0", "2:3", ["--rdzv-last-call-s", "5"], worker=train, host=(n == 0), gate=r"step 150/",
+        runs = [node(port, "el0", "2:3", ["--rdzv-last-call-s", "5"], worker=train, host=(n == 0), gate=r"step 160/",
                      timeout=10) for n in range(3)]
     # Only rank 0 logs its steps, so only node 0 reaches its gate: then it is held, and
-    # with it the job.
+    # with it the job. Step 160, not a commit step: node 0, the checkpoint writer, has
+    # saved step 150 by then, which the survivors roll back to and the reference resumes from.
     deadline = time.monotonic() + tl.HANG_GUARD_S
     while not any(r.reached.is_set() for r in runs):
-        tl.check(time.monotonic() < deadline, "no node reached step 150", runs[0])
+        tl.check(time.monotonic() < deadline, "no node reached step 160", runs[0])
         time.sleep(0.05)  # polling output with a deadline, not a synchronisation by time
     first = [r for r in runs if r.reached.is_set()]
     tl.check(len(first) == 1 and any("this is node 0," in l for l in first[0].err),
