@@ -1,6 +1,9 @@
 // The elastic rendezvous's records (see header).
 #include "launcher/elastic_records.h"
 
+#include <climits>
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 namespace tandem::launcher {
@@ -9,11 +12,20 @@ namespace {
 
 using nlohmann::json;
 
+// Field `key` of `j`, an integer in [0, max]. A float is refused before any conversion: one
+// beyond the integer's range (a 75-digit id parses as a float) has no defined conversion.
+int64_t count_field(const json& j, const char* key, int64_t max) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) throw RecordError(std::string("\"") + key + "\" is not an integer");
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
+                                           : v.get<int64_t>() >= 0 && v.get<int64_t>() <= max;
+  if (!fits) throw RecordError(std::string("\"") + key + "\" is negative or out of range: " + v.dump());
+  return v.get<int64_t>();
+}
+
 ElasticMember member_from(const json& j) {
   if (!j.is_object()) throw RecordError("a member is not an object");
-  ElasticMember m{j.at("id").get<int64_t>(), j.at("addr").get<std::string>(), j.at("host").get<std::string>()};
-  if (m.id < 0) throw RecordError("a member's id is negative");
-  return m;
+  return {count_field(j, "id", INT64_MAX), j.at("addr").get<std::string>(), j.at("host").get<std::string>()};
 }
 
 json member_json(const ElasticMember& m) { return {{"id", m.id}, {"addr", m.addr}, {"host", m.host}}; }
@@ -70,10 +82,9 @@ Decision parse_decision(std::string_view text, int g, int64_t my_id, int max_mem
       }
       if (gen.members.back().id == my_id) gen.node_rank = static_cast<int>(gen.members.size() - 1);
     }
-    gen.failure_restarts = j.at("failure_restarts").get<int>();
-    gen.membership_changes = j.at("membership_changes").get<int>();
+    gen.failure_restarts = static_cast<int>(count_field(j, "failure_restarts", INT_MAX));
+    gen.membership_changes = static_cast<int>(count_field(j, "membership_changes", INT_MAX));
     gen.change = j.at("change").get<std::string>();
-    if (gen.failure_restarts < 0 || gen.membership_changes < 0) throw RecordError("a negative count");
   } catch (const json::exception& e) {
     throw RecordError(std::string("malformed decision of generation ") + std::to_string(g) + ": " + e.what());
   }

@@ -30,16 +30,23 @@ std::map<int, std::map<uint64_t, OpRecord>> parse_dumps(const std::map<int, std:
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.contains("entries") || !j["entries"].is_array()) continue;
     auto& ops = out[rank];
+    // A dump is a file a rank wrote, perhaps cut short or damaged: an entry whose fields
+    // have the wrong types is left out, and integers are read only as integers (a float out
+    // of range has no defined conversion).
+    const auto integer = [](const nlohmann::json& e, const char* key) {
+      return e.contains(key) && e[key].is_number_integer();
+    };
+    const auto text_or = [](const nlohmann::json& e, const char* key) {
+      return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : std::string("?");
+    };
     for (const auto& e : j["entries"]) {
-      if (!e.is_object() || !e.contains("seq")) continue;
+      if (!e.is_object() || !integer(e, "seq") || !e["seq"].is_number_unsigned()) continue;
       OpRecord r;
-      r.op = e.value("op", "?");
-      r.dtype = e.value("dtype", "?");
-      r.state = e.value("state", "?");
-      r.bytes = e.value("bytes", int64_t{0});
-      if (e.contains("started_unix_us") && e["started_unix_us"].is_number()) {
-        r.started_unix_us = e["started_unix_us"].get<int64_t>();
-      }
+      r.op = text_or(e, "op");
+      r.dtype = text_or(e, "dtype");
+      r.state = text_or(e, "state");
+      if (integer(e, "bytes")) r.bytes = e["bytes"].get<int64_t>();
+      if (integer(e, "started_unix_us")) r.started_unix_us = e["started_unix_us"].get<int64_t>();
       ops[e["seq"].get<uint64_t>()] = r;
     }
   }

@@ -68,6 +68,16 @@ TEST(HangAnalysis, FirstDivergenceNamesWhatEachRankRecorded) {
   EXPECT_EQ(first_divergence(dumps), "none");
 }
 
+TEST(HangAnalysis, DamagedEntriesAreLeftOut) {
+  // An op count beyond every integer (parsed as a float), a float seq, a string size: those
+  // entries are left out, and the rest of the dump still counts.
+  const std::string damaged =
+      R"({"entries":[{"seq":1e300,"op":"allreduce"},{"seq":5,"op":"allreduce","dtype":"f32","bytes":"4000",)"
+      R"("started_unix_us":1e300,"state":"running"},{"seq":-1,"op":"broadcast"}]})";
+  std::map<int, std::string> dumps = {{0, dump(0, 5, "running", 4000, 1)}, {1, damaged}};
+  EXPECT_EQ(first_divergence(dumps), "#5 (rank 0: allreduce f32 4000 B; rank 1: allreduce f32 0 B)");
+}
+
 TEST(HangAnalysis, SilentAndIdleRanks) {
   HangInput in = base();
   PeerHealth silent;
