@@ -1,5 +1,5 @@
 # cmake --install BUILD --prefix P lays out:
-#   P/bin/                       tandem-train, tandemrun, tandem-ckpt, tandem-trace, tandem-bench-collectives
+#   P/bin/                       tandem-train, tandemrun, tandem-ckpt, tandem-trace, tandem-plan, tandem-bench-collectives
 #   P/lib/                       libtandem.a (Tandem::tandem), libtandem_collectives.a (Tandem::collectives)
 #   P/include/tandem/            tandem.h, collectives.h, version.h: what users include
 #   P/include/tandem/<folder>/   the headers those include, and nothing else
@@ -30,7 +30,7 @@ set(TANDEM_PUBLIC_HEADERS
   runtime/checkpoint/safetensors.h
   runtime/strategy/strategy.h runtime/strategy/single.h runtime/strategy/data_parallel.h runtime/strategy/ddp.h
   runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/strategy/gather.h
-  runtime/strategy/replica_sync.h runtime/strategy/zero.h
+  runtime/strategy/replica_sync.h runtime/strategy/zero.h runtime/plan/cost_model.h
   models/zoo.h models/gpt.h models/resnet.h models/generate.h models/summary.h)
 
 # Every public header includes the others as "tandem/runtime/tensor.h" (tandem.h and
@@ -74,7 +74,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/include/tandem/tandem.h ${PROJECT_SOURCE_DIR
 # into the export only as link dependencies of the static libraries.
 install(TARGETS tandem_runtime tandem_collectives tandem_fp16 tandem_openblas EXPORT TandemTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS tandem-train tandemrun tandem-store tandem-ckpt tandem-trace tandem-bench-collectives
+install(TARGETS tandem-train tandemrun tandem-store tandem-ckpt tandem-trace tandem-plan tandem-bench-collectives
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/data/tinyshakespeare.txt DESTINATION ${CMAKE_INSTALL_DATADIR}/tandem/data)
 
@@ -108,7 +108,7 @@ or one process per device with the gradient all-reduce overlapped with
 backward (DDP), over Open MPI, Gloo or shared memory. This package has the
 static libraries, headers and CMake package (find_package(Tandem),
 Tandem::tandem, Tandem::collectives) for programs of your own, and the
-programs tandem-train, tandemrun, tandem-ckpt, tandem-trace and
+programs tandem-train, tandemrun, tandem-ckpt, tandem-trace, tandem-plan and
 tandem-bench-collectives. CPU only.")
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "Tandem Dev <dev@tandem.local>" CACHE STRING "Maintainer field of the .deb")
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)

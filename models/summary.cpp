@@ -60,7 +60,11 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
   using nlohmann::json;
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   json buckets = json::array();
-  for (const BucketInfo& b : s.buckets) buckets.push_back({{"bytes", b.bytes}, {"parameters", b.parameters}});
+  for (const BucketInfo& b : s.buckets)
+    buckets.push_back({{"bytes", b.bytes}, {"parameters", b.parameters}, {"comm_ms", b.comm_ms}});
+  json grad_ready = json::array();
+  for (const GradReadyInfo& g : s.grad_ready)
+    grad_ready.push_back({{"name", g.name}, {"bytes", g.bytes}, {"ready_ms", g.ready_ms}});
   json pss = json::array();
   for (const std::optional<double>& mb : s.pss_mb_per_rank) pss.push_back(opt(mb));
   int64_t peak_temporary = 0;
@@ -95,6 +99,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"activation_checkpointing", s.activation_checkpointing},
       {"replicas_identical", s.replicas_identical},
       {"buckets", buckets},
+      {"grad_ready", grad_ready},
       {"threads", s.threads},
       {"timed_steps", s.timed_steps},
       {"epochs_completed", s.epochs_completed},

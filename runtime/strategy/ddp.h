@@ -56,6 +56,7 @@ class DdpStrategy final : public Strategy {
   int zero_stage() const override { return zero_ ? 1 : 0; }
   bool replicas_identical() override;
   std::vector<BucketInfo> buckets() const override { return reducer_->bucket_info(); }
+  std::vector<GradReadyInfo> grad_ready() const override { return reducer_->grad_ready(); }
   void barrier() override;
   std::vector<int64_t> per_rank(int64_t local) override;
   // The training loss gets this rank's group; evaluation, where every rank runs the whole

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "runtime/kernels.h"
+#include "runtime/plan/cost_model.h"
 #include "runtime/strategy/host_collectives.h"
 
 namespace tandem {
@@ -27,6 +28,7 @@ Reducer::Reducer(std::vector<Parameter*> params, std::shared_ptr<ProcessGroup> g
     if (params_[idx]->requires_grad) reverse.push_back(idx);
   build_buckets(reverse);
   marked_.assign(params_.size(), 0);
+  ready_sum_s_.assign(params_.size(), 0.0);
 }
 
 Reducer::~Reducer() {
@@ -43,25 +45,21 @@ Reducer::~Reducer() {
 
 void Reducer::build_buckets(const std::vector<size_t>& order) {
   // Plan: consecutive parameters (in `order`) share a bucket while it stays under the
-  // cap and they agree on dtype and device.
-  std::vector<std::vector<size_t>> groups;
-  size_t bytes = 0;
-  for (size_t idx : order) {
-    const Tensor& v = params_[idx]->value;
-    // The bucket being filled is the first one while only one exists.
-    const size_t cap = groups.size() <= 1 ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
-    bool fits = !groups.empty() && bytes + v.nbytes() <= cap;
-    if (fits) {
-      const Tensor& first = params_[groups.back().front()]->value;
-      fits = first.dtype() == v.dtype() && first.device() == v.device();
-    }
-    if (!fits) {
-      groups.emplace_back();
-      bytes = 0;
-    }
-    groups.back().push_back(idx);
-    bytes += v.nbytes();
+  // cap and they agree on dtype and device (the cost model cuts with the same function).
+  std::vector<int64_t> sizes;
+  std::vector<uint8_t> starts_new;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Tensor& v = params_[order[k]]->value;
+    sizes.push_back(static_cast<int64_t>(v.nbytes()));
+    const Tensor* prev = k ? &params_[order[k - 1]]->value : nullptr;
+    starts_new.push_back(prev && (prev->dtype() != v.dtype() || prev->device() != v.device()));
   }
+  std::vector<std::vector<size_t>> groups;
+  for (const plan::PlannedBucket& b :
+       plan::cut_buckets(sizes, static_cast<int64_t>(options_.bucket_cap_bytes),
+                         static_cast<int64_t>(options_.first_bucket_cap_bytes), starts_new))
+    groups.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(b.first),
+                        order.begin() + static_cast<std::ptrdiff_t>(b.first + b.count));
 
   std::vector<Bucket> buckets(groups.size());
   bucket_of_.assign(params_.size(), kNoBucket);
@@ -118,6 +116,7 @@ Tensor Reducer::allocate_flat(int64_t numel, DType dtype, Device device) {
 }
 
 void Reducer::prepare_for_backward() {
+  prepared_at_ = Tracer::Clock::now();
   std::fill(marked_.begin(), marked_.end(), 0);
   ready_order_.clear();
   for (Bucket& b : buckets_) {
@@ -142,6 +141,7 @@ void Reducer::mark_ready(Parameter& param) {
                              "forward is not supported by the reducer)");
   marked_[idx] = 1;
   ready_order_.push_back(idx);
+  if (rebuilt_) ready_sum_s_[idx] += std::chrono::duration<double>(Tracer::Clock::now() - prepared_at_).count();
   Bucket& b = buckets_[bucket_of_[idx]];
   --b.pending;
   if (options_.overlap && b.pending == 0) launch_ready_in_order();
@@ -203,6 +203,7 @@ void Reducer::finalize_backward(PhaseTimes& times) {
     // backend knows it; else when the wait saw it.
     const auto done = b.work->completed_at().value_or(Tracer::Clock::now());
     if (b.hook) b.hook->finish(b.flat);
+    if (rebuilt_) b.comm_sum_s += std::chrono::duration<double>(done - b.launched_at).count();
     if (!any || b.launched_at < first_launch) first_launch = b.launched_at;
     if (!any || done > last_done) last_done = done;
     any = true;
@@ -216,6 +217,7 @@ void Reducer::finalize_backward(PhaseTimes& times) {
   if (any) times.comm_ms += Tracer::ms_between(first_launch, last_done);
   if (tracer_) tracer_->add("wait for gradients", Tracer::compute, t0, t1);
 
+  if (rebuilt_) ++timed_backwards_;
   if (!rebuilt_) rebuild_from_rank0_order();
 }
 
@@ -254,10 +256,22 @@ void Reducer::rebuild_from_rank0_order() {
   if (current != as_size) build_buckets(as_size);
 }
 
+std::vector<GradReadyInfo> Reducer::grad_ready() const {
+  std::vector<GradReadyInfo> out;
+  if (timed_backwards_ == 0) return out;
+  for (size_t idx : ready_order_) {
+    const Parameter& p = *params_[idx];
+    out.push_back({p.name, static_cast<int64_t>(p.value.nbytes()),
+                   ready_sum_s_[idx] * 1e3 / static_cast<double>(timed_backwards_)});
+  }
+  return out;
+}
+
 std::vector<BucketInfo> Reducer::bucket_info() const {
   std::vector<BucketInfo> out;
   for (const Bucket& b : buckets_)
-    out.push_back({b.numel * static_cast<int64_t>(dtype_size(b.flat.dtype())), static_cast<int64_t>(b.params.size())});
+    out.push_back({b.numel * static_cast<int64_t>(dtype_size(b.flat.dtype())), static_cast<int64_t>(b.params.size()),
+                   timed_backwards_ ? b.comm_sum_s * 1e3 / static_cast<double>(timed_backwards_) : 0.0});
   return out;
 }
 

@@ -82,6 +82,9 @@ class Reducer {
   void finalize_backward(PhaseTimes& times);
 
   std::vector<BucketInfo> bucket_info() const;
+  // Each communicated gradient in the last backward's ready order, with its mean ready
+  // time (see GradReadyInfo); empty before the second synchronised backward.
+  std::vector<GradReadyInfo> grad_ready() const;
   // Parameter indices (registration order) of each bucket, in launch order; frozen
   // parameters appear in none.
   std::vector<std::vector<size_t>> bucket_layout() const;
@@ -99,6 +102,7 @@ class Reducer {
     std::unique_ptr<CommHook> hook;
     std::shared_ptr<Work> work;
     Tracer::Clock::time_point launched_at{};
+    double comm_sum_s = 0;   // launch to completion, summed over the timed backwards
   };
 
   // Groups parameters (in `order`) into buckets and rebinds their gradients as views,
@@ -121,6 +125,11 @@ class Reducer {
   std::vector<size_t> bucket_of_;       // param index -> bucket index (kNoBucket: frozen)
   std::vector<uint8_t> marked_;         // this backward
   std::vector<size_t> ready_order_;     // this backward, in mark order
+  // Ready times for the cost model: since prepare_for_backward, summed per parameter over
+  // the backwards after the first (which includes one-off allocation).
+  Tracer::Clock::time_point prepared_at_{};
+  std::vector<double> ready_sum_s_;
+  int64_t timed_backwards_ = 0;
   size_t next_launch_ = 0;
   bool rebuilt_ = false;
 };

@@ -147,6 +147,19 @@ using MetricsFactory = std::function<Metrics()>;
 struct BucketInfo {
   int64_t bytes = 0;
   int64_t parameters = 0;
+  // Mean time from launch to completion on this rank, over the synchronised steps after
+  // the first (waiting for late peers included); 0 before any. The job's own all-reduce
+  // times, which tandem-plan can fit its cost line to.
+  double comm_ms = 0;
+};
+
+// A gradient's place in backward, as the cost model takes it (runtime/plan/cost_model.h):
+// when it became ready, in milliseconds after the synchronising micro-batch began (its
+// forward included), averaged over the synchronised backwards after the first.
+struct GradReadyInfo {
+  std::string name;
+  int64_t bytes = 0;
+  double ready_ms = 0;
 };
 
 // What with_full_optimizer's function does with the full state.
@@ -222,6 +235,8 @@ class Strategy {
   // True when every replica holds bit-identical parameters (DDP all-gathers checksums).
   virtual bool replicas_identical() { return true; }
   virtual std::vector<BucketInfo> buckets() const { return {}; }
+  // DDP: every communicated gradient, in the order backward last produced them.
+  virtual std::vector<GradReadyInfo> grad_ready() const { return {}; }
   // The loss and metrics each replica uses (ParallelOptions::loss and ::metrics); the
   // defaults are softmax cross-entropy and {accuracy}. The loss must be set before the
   // first forward_backward; a strategy holding several replicas builds one loss per replica.

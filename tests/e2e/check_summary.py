@@ -12,7 +12,7 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "activation_checkpointing", "peak_temporary_bytes", "peak_temporary_bytes_per_rank",
         "process_cpu_ms", "comm_cpu_ms", "pss_mb_per_rank", "cpu_kernels", "stopped_by", "restart_count",
         "slurm_restart_count", "resumed_from_step", "elastic_batch", "base_world_size", "batch_size", "grad_accum",
-        "lr", "min_lr", "resumed_from", "commits", "commit_ms", "elastic_history"]
+        "lr", "min_lr", "resumed_from", "commits", "commit_ms", "elastic_history", "grad_ready"]
 
 
 def fail(msg):
@@ -51,6 +51,13 @@ def main():
         fail("samples_per_s not positive")
     if len(s["param_checksum"]) != 16:
         fail("param_checksum is not 16 hex digits")
+    ready = s["grad_ready"]
+    if s["mode"] != "ddp" and ready:
+        fail(f"grad_ready outside DDP: {ready[:2]}")
+    if ready and sum(g["bytes"] for g in ready) != sum(b["bytes"] for b in s["buckets"]):
+        fail("grad_ready's bytes do not add up to the buckets'")
+    if any(not g["ready_ms"] > 0 for g in ready):
+        fail("a gradient's ready_ms is not positive")
     if s["zero"] not in (0, 1) or (s["zero"] == 1 and s["mode"] != "ddp"):
         fail(f"zero {s['zero']} in mode {s['mode']}")
     state = s["optimizer_state_mb_per_rank"]
