@@ -202,10 +202,13 @@ int predict_command(const PredictArgs& a) {
               s.backward_s * 1e3, s.optimizer_s * 1e3, s.other_s * 1e3,
               a.compute_scale != 1 ? " (compute scaled)" : "", s.grads.size(), total / 1e6);
   std::optional<LineFit> measured;
+  CostFn measured_fn;
   if (!a.measured.empty()) {
     const Bench b = read_bench(a.measured);
     measured = fit_bench(b, a.measured);
-    std::printf("cost: the line fitted to %s (%s), %.2f us + %.4f ns/B (%s, %d ranks; worst row off by %.1f%%)\n",
+    measured_fn = measured_cost(b.rows);
+    std::printf("cost: %s (%s) as measured, between its sizes; line %.2f us + %.4f ns/B beyond (%s, %d ranks; "
+                "the line's worst row off by %.1f%%)\n",
                 a.measured.c_str(), b.source.c_str(), measured->a_s * 1e6, measured->b_s_per_byte * 1e9,
                 b.backend.c_str(), b.world, measured->max_rel_error * 100);
   }
@@ -219,8 +222,7 @@ int predict_command(const PredictArgs& a) {
     c.ranks_per_node = p;
     c.intra = intra;
     c.inter = inter;
-    const CostFn cost = measured ? CostFn([f = *measured](double b) { return f.a_s + f.b_s_per_byte * b; })
-                                 : CostFn([algo, c](double b) { return allreduce_seconds(algo, c, b); });
+    const CostFn cost = measured ? measured_fn : CostFn([algo, c](double b) { return allreduce_seconds(algo, c, b); });
     std::printf("\n%d node(s) x %d rank(s)", n, p);
     if (!measured) std::printf(", %s all-reduce, intra %s, inter %s", algorithm_str(algo), a.intra.c_str(), a.inter.c_str());
     std::printf("\n");
@@ -288,8 +290,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ring", "tree", "two-stage", "leader"}));
   predict_cmd->add_option("--measured", a.measured,
                           "All-reduces measured on exactly this cluster (tandem-bench-collectives --json, or a "
-                          "summary's buckets): the line fitted to them is the all-reduce's cost (instead of "
-                          "--algorithm and the links)");
+                          "summary's buckets): the all-reduce's cost, as measured between their sizes and continued "
+                          "at their fitted line's slope beyond (instead of --algorithm and the links)");
   predict_cmd->add_option("--bucket-cap-mb", a.bucket_cap, "Bucket cap in MiB, or auto (the model's best)")
       ->capture_default_str()
       ->check([](const std::string& v) -> std::string {

@@ -144,6 +144,27 @@ LineFit fit_line(const std::vector<std::pair<double, double>>& rows) {
   return f;
 }
 
+CostFn measured_cost(std::vector<std::pair<double, double>> rows) {
+  const LineFit line = fit_line(rows);
+  std::sort(rows.begin(), rows.end());
+  std::vector<std::pair<double, double>> points;  // one per size: the mean time
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i;
+    double sum = 0;
+    for (; j < rows.size() && rows[j].first == rows[i].first; ++j) sum += rows[j].second;
+    points.emplace_back(rows[i].first, sum / static_cast<double>(j - i));
+    i = j;
+  }
+  return [line, points](double n) {
+    if (n <= points.front().first || n >= points.back().first)
+      return std::max(0.0, n <= points.front().first ? points.front().second + line.b_s_per_byte * (n - points.front().first)
+                                                     : points.back().second + line.b_s_per_byte * (n - points.back().first));
+    const auto hi = std::lower_bound(points.begin(), points.end(), std::make_pair(n, 0.0));
+    const auto lo = hi - 1;
+    return lo->second + (hi->second - lo->second) * (n - lo->first) / (hi->first - lo->first);
+  };
+}
+
 Link link_from_ring_fit(const LineFit& fit, int world) {
   if (world < 2) throw std::invalid_argument("a ring fit needs at least two ranks");
   return {fit.a_s / (2.0 * (world - 1)), fit.b_s_per_byte * world / (2.0 * (world - 1))};

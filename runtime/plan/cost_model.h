@@ -125,6 +125,13 @@ struct LineFit {
 };
 LineFit fit_line(const std::vector<std::pair<double, double>>& bytes_seconds);
 
+// The cost of measured all-reduces as they were measured: linear between the two nearest
+// measured sizes (several rows of one size averaged); beyond the smallest and the largest,
+// that end's time continued at the fitted line's slope (never below 0). Closer than the
+// line where the cost is not linear (a shaper's burst, a protocol switch); needs what
+// fit_line needs.
+CostFn measured_cost(std::vector<std::pair<double, double>> bytes_seconds);
+
 // The link under a ring all-reduce over `world` ranks on one tier that takes a + b n:
 // a = 2(W-1) alpha, b = 2(W-1)/W beta.
 Link link_from_ring_fit(const LineFit& fit, int world);

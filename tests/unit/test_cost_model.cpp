@@ -3,6 +3,7 @@
 // the calibration fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 #include <vector>
@@ -120,6 +121,20 @@ TEST(CostModel, FitsALineAndARingsLink) {
   EXPECT_THROW(fit_line({{1e3, 1e-5}, {1e3, 2e-5}}), std::invalid_argument);
   EXPECT_THROW(fit_line({{1e3, 0.0}, {1e4, 2e-5}}), std::invalid_argument);
   EXPECT_THROW(link_from_ring_fit(f, 1), std::invalid_argument);
+}
+
+TEST(CostModel, MeasuredCostInterpolatesBetweenSizes) {
+  // Not a line: 1, 3 (twice: 2.5 and 3.5), 4 ms at 1000, 2000 and 4000 bytes.
+  const std::vector<std::pair<double, double>> rows = {{4000, 4e-3}, {1000, 1e-3}, {2000, 2.5e-3}, {2000, 3.5e-3}};
+  const CostFn cost = measured_cost(rows);
+  EXPECT_NEAR(cost(1500), 2e-3, kTol);
+  EXPECT_NEAR(cost(2000), 3e-3, kTol);
+  EXPECT_NEAR(cost(3000), 3.5e-3, kTol);
+  EXPECT_NEAR(cost(4000), 4e-3, kTol);
+  const double slope = fit_line(rows).b_s_per_byte;
+  EXPECT_NEAR(cost(8000), 4e-3 + 4000 * slope, kTol);
+  EXPECT_NEAR(cost(500), std::max(0.0, 1e-3 - 500 * slope), kTol);
+  EXPECT_GE(cost(0), 0.0);
 }
 
 }  // namespace
