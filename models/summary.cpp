@@ -62,6 +62,17 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
   json buckets = json::array();
   for (const BucketInfo& b : s.buckets)
     buckets.push_back({{"bytes", b.bytes}, {"parameters", b.parameters}, {"comm_ms", b.comm_ms}});
+  json cap_mb = nullptr, first_mb = nullptr, bucket_auto = nullptr;
+  if (s.bucket_caps) {
+    cap_mb = s.bucket_caps->bucket_cap_bytes / 1048576.0;
+    first_mb = s.bucket_caps->first_bucket_cap_bytes / 1048576.0;
+    if (const auto& c = s.bucket_caps->chosen) {
+      json probe = json::array();
+      for (const auto& [bytes, ms] : c->probe) probe.push_back({{"bytes", bytes}, {"ms", ms}});
+      bucket_auto = {{"predicted_exposed_ms", c->predicted_exposed_ms},
+                     {"before_exposed_ms", c->default_exposed_ms}, {"probe", probe}};
+    }
+  }
   json grad_ready = json::array();
   for (const GradReadyInfo& g : s.grad_ready)
     grad_ready.push_back({{"name", g.name}, {"bytes", g.bytes}, {"ready_ms", g.ready_ms}});
@@ -100,6 +111,9 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"replicas_identical", s.replicas_identical},
       {"buckets", buckets},
       {"grad_ready", grad_ready},
+      {"bucket_cap_mb", cap_mb},
+      {"first_bucket_mb", first_mb},
+      {"bucket_auto", bucket_auto},
       {"threads", s.threads},
       {"timed_steps", s.timed_steps},
       {"epochs_completed", s.epochs_completed},

@@ -35,7 +35,8 @@ struct RunSummary {
   bool sync_batchnorm = false, broadcast_buffers = true, activation_checkpointing = false;
   bool replicas_identical = true;
   std::vector<BucketInfo> buckets;
-  std::vector<GradReadyInfo> grad_ready;  // DDP, rank 0: the cost model's profile (tandem-plan)
+  std::vector<GradReadyInfo> grad_ready;
+  std::optional<BucketCaps> bucket_caps;  // DDP  // DDP, rank 0: the cost model's profile (tandem-plan)
   double peak_rss_mb = 0;                  // this process (rank 0)
   std::vector<double> peak_rss_mb_per_rank;  // every process, by rank
   // Proportional set size at the end of training, by rank: a page shared by k processes

@@ -20,6 +20,7 @@ namespace {
 struct Flags {
   TrainConfig c;
   std::string elastic_batch = "auto";
+  std::string bucket_cap = "25";
   std::string optimizer = "sgd", mode = "single", device = "cpu", backend = "auto", comm_hook = "none",
               precision = "fp32", grad_reduce_dtype = "fp32";
   std::vector<CLI::Option*> gpt_flags, resnet_flags;
@@ -95,7 +96,12 @@ void add_flags(CLI::App& app, Flags& f) {
                  "BLAS threads (0: OPENBLAS_NUM_THREADS or OMP_NUM_THREADS if set, else all cores)");
   app.add_option("--backend", f.backend, "DDP backend")->check(names({"auto", "mpi", "gloo", "nccl", "shm", "hier"}));
   app.add_option("--collective-timeout-s", c.collective_timeout_s, "Seconds a collective, or the start-up rendezvous, may wait for the other ranks");
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket cap in MB");
+  app.add_option("--bucket-cap-mb", f.bucket_cap,
+                 "DDP gradient bucket cap in MiB, or auto: chosen by the cost model after the first steps from this "
+                 "job's own measurements (docs/scaling.md)");
+  app.add_option("--first-bucket-mb", c.first_bucket_mb,
+                 "DDP: the first bucket's cap in MiB (the last layers' gradients, which start communicating first); "
+                 "at most --bucket-cap-mb");
   app.add_flag("--no-overlap", c.no_overlap, "All-reduce buckets only after backward ends");
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");
   app.add_option("--grad-accum", c.grad_accum, "Micro-steps per optimizer step");
@@ -215,8 +221,21 @@ void type_and_check(Flags& f) {
   // Upper bounds keep the trainer's conversions (to milliseconds, to bytes) defined.
   require(c.collective_timeout_s > 0 && c.collective_timeout_s <= 1e9,
           "--collective-timeout-s must be positive and at most 1e9 seconds");
+  c.bucket_cap_auto = f.bucket_cap == "auto";
+  if (!c.bucket_cap_auto) {
+    size_t used = 0;
+    try {
+      c.bucket_cap_mb = std::stod(f.bucket_cap, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == f.bucket_cap.size() && used > 0,
+            "--bucket-cap-mb takes a size in MiB or auto, not '" + f.bucket_cap + "'");
+  }
   require(c.bucket_cap_mb > 0 && c.bucket_cap_mb <= 1024 * 1024,
           "--bucket-cap-mb must be positive and at most 1048576 (1 TiB)");
+  require(c.first_bucket_mb > 0 && c.first_bucket_mb <= 1024 * 1024,
+          "--first-bucket-mb must be positive and at most 1048576 (1 TiB)");
   require(c.grad_accum > 0, "--grad-accum must be positive");
   require(c.save_every >= 0, "--save-every must be >= 0");
 
@@ -239,6 +258,8 @@ void type_and_check(Flags& f) {
   const bool hooked = c.comm_hook != CommHookKind::none;
   require(ddp || !c.no_overlap, "--no-overlap needs --mode ddp");
   require(ddp || !c.no_comm, "--no-comm needs --mode ddp");
+  require(ddp || !c.bucket_cap_auto, "--bucket-cap-mb auto needs --mode ddp");
+  require(!c.bucket_cap_auto || !c.no_comm, "--bucket-cap-mb auto measures the communication: not with --no-comm");
   require(ddp || !hooked, "--comm-hook needs --mode ddp");
   require(ddp || c.backend == Backend::automatic, "--backend needs --mode ddp");
   require(ddp || !c.find_unused_parameters, "--find-unused-parameters needs --mode ddp");
@@ -251,6 +272,8 @@ void type_and_check(Flags& f) {
     require(!hooked, "--zero 1 reduce-scatters gradients in fp32: it takes no --comm-hook " + f.comm_hook +
                          " (nor --grad-reduce-dtype bf16)");
     require(!c.no_comm, "--zero 1 needs gradient communication: it cannot run with --no-comm");
+    require(!c.bucket_cap_auto, "--zero 1 lays the optimizer state's shards along the buckets as first cut: it takes "
+                                "a fixed --bucket-cap-mb, not auto");
     require(c.device != DeviceKind::cuda || !host_staged_backend(c),
             "--zero 1 with --device cuda needs --backend nccl (" + f.backend +
                 " stages GPU buckets through host memory)");

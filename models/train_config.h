@@ -60,6 +60,8 @@ struct TrainConfig {
   Backend backend = Backend::automatic;  // --backend auto | mpi | gloo | nccl | shm | hier
   double collective_timeout_s = 600;
   double bucket_cap_mb = 25;
+  bool bucket_cap_auto = false;  // --bucket-cap-mb auto: the cost model chooses (docs/scaling.md)
+  double first_bucket_mb = 1;    // the first bucket's cap (at most the cap)
   bool no_overlap = false;
   bool no_comm = false;
   int64_t grad_accum = 1;

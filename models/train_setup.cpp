@@ -144,6 +144,8 @@ ParallelOptions parallel_options(const TrainConfig& c, Device device, int thread
   po.backend = c.backend;
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.collective_timeout_s * 1000));
   po.bucket_cap_mb = c.bucket_cap_mb;
+  po.first_bucket_mb = c.first_bucket_mb;
+  po.bucket_cap_auto = c.bucket_cap_auto;
   po.overlap = !c.no_overlap;
   po.communicate = !c.no_comm;
   po.find_unused_parameters = c.find_unused_parameters;

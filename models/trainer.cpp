@@ -416,6 +416,7 @@ RunSummary Trainer::summary() const {
   s.replicas_identical = st.replicas_identical();
   s.buckets = st.buckets();
   s.grad_ready = st.grad_ready();
+  s.bucket_caps = st.bucket_caps();
   s.peak_rss_mb = peak_rss_mb();
   for (int64_t kib : st.per_rank(static_cast<int64_t>(s.peak_rss_mb * 1024.0)))
     s.peak_rss_mb_per_rank.push_back(static_cast<double>(kib) / 1024.0);

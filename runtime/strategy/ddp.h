@@ -57,6 +57,9 @@ class DdpStrategy final : public Strategy {
   bool replicas_identical() override;
   std::vector<BucketInfo> buckets() const override { return reducer_->bucket_info(); }
   std::vector<GradReadyInfo> grad_ready() const override { return reducer_->grad_ready(); }
+  std::optional<BucketCaps> bucket_caps() const override {
+    return BucketCaps{reducer_->bucket_cap_bytes(), reducer_->first_bucket_cap_bytes(), reducer_->auto_choice()};
+  }
   void barrier() override;
   std::vector<int64_t> per_rank(int64_t local) override;
   // The training loss gets this rank's group; evaluation, where every rank runs the whole

@@ -110,7 +110,10 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
       std::shared_ptr<ProcessGroup> group = o.group ? o.group : init_group(o);
       ReducerOptions ro;
       ro.bucket_cap_bytes = static_cast<size_t>(o.bucket_cap_mb * 1024 * 1024);
-      ro.first_bucket_cap_bytes = std::min<size_t>(ro.bucket_cap_bytes, 1u << 20);
+      ro.first_bucket_cap_bytes =
+          std::min(ro.bucket_cap_bytes, static_cast<size_t>(o.first_bucket_mb * 1024 * 1024));
+      // Three timed steps after the first (untimed) one: the profile the choice is made on.
+      ro.auto_buckets_after = o.bucket_cap_auto ? 3 : 0;
       ro.overlap = o.overlap;
       ro.communicate = o.communicate;
       ro.find_unused = o.find_unused_parameters;

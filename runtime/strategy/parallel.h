@@ -49,6 +49,9 @@ struct ParallelOptions {
   Backend backend = Backend::automatic;
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;    // the first bucket's cap (at most bucket_cap_mb)
+  // The caps chosen by the cost model after the first steps (ReducerOptions::auto_buckets_after).
+  bool bucket_cap_auto = false;
   bool overlap = true;          // false: all-reduce only after backward ends
   bool communicate = true;      // false: no gradient communication (a measurement aid)
   bool find_unused_parameters = false;

@@ -178,6 +178,7 @@ std::string Reducer::missing_report() const {
 
 void Reducer::finalize_backward(PhaseTimes& times) {
   auto t0 = Tracer::Clock::now();
+  if (rebuilt_) backward_end_sum_s_ += std::chrono::duration<double>(t0 - prepared_at_).count();
   // Exposed communication is what the compute stream waits for: marked on it, so on a
   // GPU (where nccl's wait makes the stream wait and the host goes on) it is still the
   // device's wait, read after the step.
@@ -218,7 +219,11 @@ void Reducer::finalize_backward(PhaseTimes& times) {
   if (tracer_) tracer_->add("wait for gradients", Tracer::compute, t0, t1);
 
   if (rebuilt_) ++timed_backwards_;
-  if (!rebuilt_) rebuild_from_rank0_order();
+  if (!rebuilt_) {
+    rebuild_from_rank0_order();
+  } else if (options_.auto_buckets_after > 0 && !auto_choice_ && timed_backwards_ >= options_.auto_buckets_after) {
+    choose_bucket_caps();
+  }
 }
 
 void Reducer::rebuild_from_rank0_order() {

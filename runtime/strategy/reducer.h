@@ -31,7 +31,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -56,7 +58,13 @@ struct ReducerOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   // 1: reduce-scatter instead of all-reduce (ZeRO-1; no comm hooks, no rebuild). 0: off.
   int zero_stage = 0;
+  // > 0: the caps above are chosen by the cost model (runtime/plan/cost_model.h) after this
+  // many timed synchronised backwards (the first is not timed): every rank times a few
+  // all-reduces on the group, rank 0 simulates its measured backward with each candidate
+  // cap and first cap and broadcasts the fastest, and the buckets are cut again. 0: fixed.
+  int auto_buckets_after = 0;
 };
+
 
 // One bucket as ZeRO lays its shards along it.
 struct BucketLayout {
@@ -91,6 +99,10 @@ class Reducer {
   // Each bucket's parameters, offsets and sizes, in launch order.
   std::vector<BucketLayout> layouts() const;
   bool rebuilt() const { return rebuilt_; }
+  // The caps in force, and what auto_buckets_after chose (unset before, or without it).
+  size_t bucket_cap_bytes() const { return options_.bucket_cap_bytes; }
+  size_t first_bucket_cap_bytes() const { return options_.first_bucket_cap_bytes; }
+  const std::optional<AutoBucketChoice>& auto_choice() const { return auto_choice_; }
 
  private:
   struct Bucket {
@@ -114,6 +126,10 @@ class Reducer {
   void launch_ready_in_order();
   std::string missing_report() const;
   void rebuild_from_rank0_order();
+  // auto_buckets_after: time all-reduces, choose the caps on rank 0, broadcast, cut again
+  // (runtime/strategy/reducer_auto.cpp).
+  void choose_bucket_caps();
+  std::vector<std::pair<int64_t, double>> probe_allreduce_ms(int64_t max_bytes);
 
   std::vector<Parameter*> params_;
   std::unordered_map<const Parameter*, size_t> index_of_;
@@ -129,7 +145,9 @@ class Reducer {
   // the backwards after the first (which includes one-off allocation).
   Tracer::Clock::time_point prepared_at_{};
   std::vector<double> ready_sum_s_;
+  double backward_end_sum_s_ = 0;  // when finalize_backward began, since prepare_for_backward
   int64_t timed_backwards_ = 0;
+  std::optional<AutoBucketChoice> auto_choice_;
   size_t next_launch_ = 0;
   bool rebuilt_ = false;
 };

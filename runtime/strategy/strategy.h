@@ -153,6 +153,20 @@ struct BucketInfo {
   double comm_ms = 0;
 };
 
+// DDP's bucket caps in force, and what --bucket-cap-mb auto chose and why (ReducerOptions::
+// auto_buckets_after): the exposed communication the cost model predicted with the chosen
+// caps and with the caps before, and the all-reduces it timed on the group.
+struct AutoBucketChoice {
+  size_t bucket_cap_bytes = 0, first_bucket_cap_bytes = 0;
+  double predicted_exposed_ms = 0;
+  double default_exposed_ms = 0;
+  std::vector<std::pair<int64_t, double>> probe;  // (bytes, ms)
+};
+struct BucketCaps {
+  size_t bucket_cap_bytes = 0, first_bucket_cap_bytes = 0;
+  std::optional<AutoBucketChoice> chosen;  // set once --bucket-cap-mb auto chose
+};
+
 // A gradient's place in backward, as the cost model takes it (runtime/plan/cost_model.h):
 // when it became ready, in milliseconds after the synchronising micro-batch began (its
 // forward included), averaged over the synchronised backwards after the first.
@@ -237,6 +251,8 @@ class Strategy {
   virtual std::vector<BucketInfo> buckets() const { return {}; }
   // DDP: every communicated gradient, in the order backward last produced them.
   virtual std::vector<GradReadyInfo> grad_ready() const { return {}; }
+  // DDP: the caps in force (std::nullopt outside DDP).
+  virtual std::optional<BucketCaps> bucket_caps() const { return std::nullopt; }
   // The loss and metrics each replica uses (ParallelOptions::loss and ::metrics); the
   // defaults are softmax cross-entropy and {accuracy}. The loss must be set before the
   // first forward_backward; a strategy holding several replicas builds one loss per replica.

@@ -11,6 +11,36 @@ expect 0 "done:" -- "$BIN/tandemrun" --nproc-per-node 2 --master-port 0 -- "$BIN
   --threads 1 --summary-json "$TMP/run.json"
 expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/run.json"
 expect 0 "(the job's buckets): shm all-reduce over 2 ranks, 2 sizes" -- "$P" fit "$TMP/run.json"
+# --bucket-cap-mb auto: chosen after step 4 from this job's own times, logged, in the
+# summary; the buckets are those the chosen caps cut, and the parameters bit-identical to
+# the fixed caps' (two ranks: every element's sum is the same whatever the buckets).
+expect 0 "DDP buckets (--bucket-cap-mb auto): cap" -- "$BIN/tandemrun" --nproc-per-node 2 --master-port 0 -- \
+  "$BIN/tandem-train" --data synthetic --synthetic-train 1024 --model mlp --hidden 256 --max-steps 6 --batch-size 32 \
+  --mode ddp --no-progress --threads 1 --bucket-cap-mb auto --summary-json "$TMP/auto.json"
+expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/auto.json" --same-checksum "$TMP/run.json"
+expect 0 "auto buckets ok" -- python3 - "$TMP/auto.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+a = s["bucket_auto"]
+assert a and len(a["probe"]) >= 2 and a["predicted_exposed_ms"] <= a["before_exposed_ms"], a
+cap, first = (int(round(s[k] * 2**20)) for k in ("bucket_cap_mb", "first_bucket_mb"))
+cut = []  # the reducer's cut (runtime/plan/cost_model.h, cut_buckets)
+for g in s["grad_ready"]:
+    limit = first if len(cut) <= 1 else cap
+    if not cut or cut[-1] + g["bytes"] > limit:
+        cut.append(0)
+    cut[-1] += g["bytes"]
+assert cut == [b["bytes"] for b in s["buckets"]], (cut, s["buckets"])
+print("auto buckets ok")
+PY
+expect 0 "done:" -- "$BIN/tandemrun" --nproc-per-node 2 --master-port 0 -- "$BIN/tandem-train" --data synthetic \
+  --synthetic-train 1024 --model mlp --hidden 256 --max-steps 6 --batch-size 32 --mode ddp --no-progress --threads 1 \
+  --first-bucket-mb 0.125 --summary-json "$TMP/first.json"
+expect 0 "first bucket 11304 B" -- python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["first_bucket_mb"] == 0.125 and s["bucket_cap_mb"] == 25 and s["bucket_auto"] is None, s
+print("first bucket", s["buckets"][0]["bytes"], "B")' "$TMP/first.json"
 expect 0 "measured  step" -- "$P" predict --summary "$TMP/run.json" --measured "$TMP/run.json"
 
 # Forward 5 ms, backward 10, optimizer 1; gradients of 3, 1, 1 and 2 MB ready 2, 4, 6 and

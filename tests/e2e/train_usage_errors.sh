@@ -6,6 +6,11 @@ expect 2 "--batch-size" -- "$T" --batch-size 0
 expect 2 "--model" -- "$T" --model vgg
 expect 2 "mlp" -- "$T" --model vgg
 expect 2 "--bogus" -- "$T" --bogus
+expect 2 "--bucket-cap-mb takes a size in MiB or auto, not 'big'" -- "$T" --mode ddp --bucket-cap-mb big
+expect 2 "--bucket-cap-mb auto needs --mode ddp" -- "$T" --bucket-cap-mb auto
+expect 2 "not with --no-comm" -- "$T" --mode ddp --bucket-cap-mb auto --no-comm
+expect 2 "it takes a fixed --bucket-cap-mb, not auto" -- "$T" --mode ddp --zero 1 --bucket-cap-mb auto
+expect 2 "--first-bucket-mb must be positive" -- "$T" --mode ddp --first-bucket-mb 0
 expect 2 "--epochs" -- "$T" --epochs 0
 expect 2 "--lr" -- "$T" --lr -1
 expect 2 "--lr" -- "$T" --lr abc
