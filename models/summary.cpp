@@ -70,7 +70,11 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       json probe = json::array();
       for (const auto& [bytes, ms] : c->probe) probe.push_back({{"bytes", bytes}, {"ms", ms}});
       bucket_auto = {{"predicted_exposed_ms", c->predicted_exposed_ms},
-                     {"before_exposed_ms", c->default_exposed_ms}, {"probe", probe}};
+                     {"before_exposed_ms", c->default_exposed_ms},
+                     {"probe", probe},
+                     {"before_ms", c->before_ms},
+                     {"trial_ms", c->trial_ms ? json(*c->trial_ms) : json(nullptr)},
+                     {"kept", c->kept}};
     }
   }
   json grad_ready = json::array();

@@ -218,11 +218,15 @@ void Reducer::finalize_backward(PhaseTimes& times) {
   if (any) times.comm_ms += Tracer::ms_between(first_launch, last_done);
   if (tracer_) tracer_->add("wait for gradients", Tracer::compute, t0, t1);
 
-  if (rebuilt_) ++timed_backwards_;
+  const double sync_s = std::chrono::duration<double>(Tracer::Clock::now() - prepared_at_).count();
+  if (rebuilt_) ++timed_backwards_, sync_sum_s_ += sync_s;
   if (!rebuilt_) {
     rebuild_from_rank0_order();
   } else if (options_.auto_buckets_after > 0 && !auto_choice_ && timed_backwards_ >= options_.auto_buckets_after) {
     choose_bucket_caps();
+  } else if (trial_ && ++trial_->seen > 1) {
+    trial_->sum_s += sync_s;
+    if (trial_->seen == 1 + kTrialSteps) end_bucket_trial();
   }
 }
 

@@ -129,6 +129,13 @@ class Reducer {
   // auto_buckets_after: time all-reduces, choose the caps on rank 0, broadcast, cut again
   // (runtime/strategy/reducer_auto.cpp).
   void choose_bucket_caps();
+  // After kTrialSteps with the chosen caps: rank 0 keeps them only if the measured
+  // forward-backward-wait time is no longer than with the caps before; else all ranks go
+  // back. The model proposes, the job's own clock decides.
+  void end_bucket_trial();
+  // Cuts the buckets for these caps where the cut changes (every rank alike).
+  bool recut(size_t cap, size_t first);  // true: the cut changed
+  void reset_profile();
   std::vector<std::pair<int64_t, double>> probe_allreduce_ms(int64_t max_bytes);
 
   std::vector<Parameter*> params_;
@@ -146,8 +153,19 @@ class Reducer {
   Tracer::Clock::time_point prepared_at_{};
   std::vector<double> ready_sum_s_;
   double backward_end_sum_s_ = 0;  // when finalize_backward began, since prepare_for_backward
+  double sync_sum_s_ = 0;          // when finalize_backward ended, since prepare_for_backward
   int64_t timed_backwards_ = 0;
   std::optional<AutoBucketChoice> auto_choice_;
+  // The trial of the chosen caps: the backwards since the change (the first, which fills
+  // new buffers, not timed) and their summed time to the end of finalize_backward.
+  struct Trial {
+    size_t old_cap = 0, old_first = 0;
+    double before_ms = 0;  // the same time with the old caps
+    int seen = 0;
+    double sum_s = 0;
+  };
+  std::optional<Trial> trial_;
+  static constexpr int kTrialSteps = 3;
   size_t next_launch_ = 0;
   bool rebuilt_ = false;
 };

@@ -99,20 +99,9 @@ void Reducer::choose_bucket_caps() {
   choice.predicted_exposed_ms = static_cast<double>(decision[2]) / 1e3;
   choice.default_exposed_ms = static_cast<double>(decision[3]) / 1e3;
 
-  // Cut again where the cut changes (every rank computes the same cut from the same sizes).
-  const auto before = plan::cut_buckets(sizes, static_cast<int64_t>(options_.bucket_cap_bytes),
-                                        static_cast<int64_t>(options_.first_bucket_cap_bytes));
-  const auto after = plan::cut_buckets(sizes, decision[0], decision[1]);
-  options_.bucket_cap_bytes = choice.bucket_cap_bytes;
-  options_.first_bucket_cap_bytes = choice.first_bucket_cap_bytes;
-  const bool same = before.size() == after.size() &&
-                    std::equal(before.begin(), before.end(), after.begin(),
-                               [](const plan::PlannedBucket& a, const plan::PlannedBucket& b) { return a.count == b.count; });
-  if (!same) {
-    std::vector<size_t> order;
-    for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
-    build_buckets(order);
-  }
+  const size_t old_cap = options_.bucket_cap_bytes, old_first = options_.first_bucket_cap_bytes;
+  if (recut(choice.bucket_cap_bytes, choice.first_bucket_cap_bytes))
+    trial_ = Trial{old_cap, old_first, sync_sum_s_ * 1e3 / n, 0, 0.0};
   if (group_->rank() == 0) {
     std::string probe;
     for (const auto& [bytes, ms] : choice.probe) {
@@ -127,12 +116,59 @@ void Reducer::choose_bucket_caps() {
                  choice.bucket_cap_bytes / 1048576.0, choice.first_bucket_cap_bytes / 1048576.0, buckets_.size(),
                  choice.predicted_exposed_ms, choice.default_exposed_ms, probe);
   }
+  choice.before_ms = sync_sum_s_ * 1e3 / n;
   auto_choice_ = std::move(choice);
+  reset_profile();
+}
+
+bool Reducer::recut(size_t cap, size_t first) {
+  std::vector<int64_t> sizes;
+  std::vector<size_t> order;
+  for (const Bucket& b : buckets_) {
+    order.insert(order.end(), b.params.begin(), b.params.end());
+    for (size_t idx : b.params) sizes.push_back(static_cast<int64_t>(params_[idx]->value.nbytes()));
+  }
+  const auto before = plan::cut_buckets(sizes, static_cast<int64_t>(options_.bucket_cap_bytes),
+                                        static_cast<int64_t>(options_.first_bucket_cap_bytes));
+  const auto after = plan::cut_buckets(sizes, static_cast<int64_t>(cap), static_cast<int64_t>(first));
+  options_.bucket_cap_bytes = cap;
+  options_.first_bucket_cap_bytes = first;
+  const bool same = before.size() == after.size() &&
+                    std::equal(before.begin(), before.end(), after.begin(),
+                               [](const plan::PlannedBucket& a, const plan::PlannedBucket& b) { return a.count == b.count; });
+  if (!same) build_buckets(order);
+  return !same;
+}
+
+void Reducer::reset_profile() {
   // The profile and bucket times in the summary count from here, with these buckets.
   std::fill(ready_sum_s_.begin(), ready_sum_s_.end(), 0.0);
   for (Bucket& b : buckets_) b.comm_sum_s = 0;
   backward_end_sum_s_ = 0;
+  sync_sum_s_ = 0;
   timed_backwards_ = 0;
+}
+
+void Reducer::end_bucket_trial() {
+  const Trial t = *trial_;
+  trial_.reset();
+  const double after_ms = t.sum_s * 1e3 / kTrialSteps;
+  std::vector<int64_t> keep = {after_ms <= t.before_ms ? 1 : 0};
+  host_broadcast(*group_, cpu_buffer(keep.data(), 1), 0, buckets_.front().flat.device(), options_.timeout);
+  AutoBucketChoice& c = *auto_choice_;
+  c.trial_ms = after_ms;
+  c.kept = keep[0] == 1;
+  if (!c.kept) {
+    recut(t.old_cap, t.old_first);
+    c.bucket_cap_bytes = t.old_cap;
+    c.first_bucket_cap_bytes = t.old_first;
+  }
+  if (group_->rank() == 0)
+    spdlog::info("DDP buckets (--bucket-cap-mb auto): forward, backward and the wait took {:.2f} ms a step with the "
+                 "chosen caps against {:.2f} ms before: {} (cap {:.2f} MiB, first {:.2f} MiB)",
+                 after_ms, t.before_ms, c.kept ? "kept" : "back to the caps before", c.bucket_cap_bytes / 1048576.0,
+                 c.first_bucket_cap_bytes / 1048576.0);
+  reset_profile();
 }
 
 }  // namespace tandem

@@ -161,6 +161,12 @@ struct AutoBucketChoice {
   double predicted_exposed_ms = 0;
   double default_exposed_ms = 0;
   std::vector<std::pair<int64_t, double>> probe;  // (bytes, ms)
+  // Measured forward + backward + the wait for gradients, per step: with the caps before
+  // (the steps the choice was made on), and in the trial of the chosen caps (unset when
+  // the cut did not change, so nothing was tried); kept: the trial was no slower.
+  double before_ms = 0;
+  std::optional<double> trial_ms;
+  bool kept = true;
 };
 struct BucketCaps {
   size_t bucket_cap_bytes = 0, first_bucket_cap_bytes = 0;

@@ -7,15 +7,16 @@ source "$(dirname "$0")/lib.sh"
 P="$BIN/tandem-plan"
 
 expect 0 "done:" -- "$BIN/tandemrun" --nproc-per-node 2 --master-port 0 -- "$BIN/tandem-train" --data synthetic \
-  --synthetic-train 1024 --model mlp --hidden 256 --max-steps 6 --batch-size 32 --mode ddp --no-progress \
+  --synthetic-train 1024 --model mlp --hidden 256 --max-steps 10 --batch-size 32 --mode ddp --no-progress \
   --threads 1 --summary-json "$TMP/run.json"
 expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/run.json"
 expect 0 "(the job's buckets): shm all-reduce over 2 ranks, 2 sizes" -- "$P" fit "$TMP/run.json"
-# --bucket-cap-mb auto: chosen after step 4 from this job's own times, logged, in the
-# summary; the buckets are those the chosen caps cut, and the parameters bit-identical to
-# the fixed caps' (two ranks: every element's sum is the same whatever the buckets).
+# --bucket-cap-mb auto: chosen after step 4 from this job's own times, tried for steps 6-8
+# (kept only if no slower, else the caps before come back), logged, in the summary; the
+# buckets are those the caps in force cut, and the parameters bit-identical to the fixed
+# caps' (two ranks: every element's sum is the same whatever the buckets).
 expect 0 "DDP buckets (--bucket-cap-mb auto): cap" -- "$BIN/tandemrun" --nproc-per-node 2 --master-port 0 -- \
-  "$BIN/tandem-train" --data synthetic --synthetic-train 1024 --model mlp --hidden 256 --max-steps 6 --batch-size 32 \
+  "$BIN/tandem-train" --data synthetic --synthetic-train 1024 --model mlp --hidden 256 --max-steps 10 --batch-size 32 \
   --mode ddp --no-progress --threads 1 --bucket-cap-mb auto --summary-json "$TMP/auto.json"
 expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/auto.json" --same-checksum "$TMP/run.json"
 expect 0 "auto buckets ok" -- python3 - "$TMP/auto.json" <<'PY'
@@ -24,6 +25,9 @@ s = json.load(open(sys.argv[1]))
 a = s["bucket_auto"]
 assert a and len(a["probe"]) >= 2 and a["predicted_exposed_ms"] <= a["before_exposed_ms"], a
 cap, first = (int(round(s[k] * 2**20)) for k in ("bucket_cap_mb", "first_bucket_mb"))
+# No trial when the chosen caps cut the same buckets; else kept exactly when no slower.
+assert a["trial_ms"] is None and a["kept"] or a["kept"] == (a["trial_ms"] <= a["before_ms"]), a
+assert a["kept"] or (cap, first) == (25 << 20, 1 << 20), (a, cap, first)
 cut = []  # the reducer's cut (runtime/plan/cost_model.h, cut_buckets)
 for g in s["grad_ready"]:
     limit = first if len(cut) <= 1 else cap
