@@ -30,7 +30,7 @@ set(TANDEM_PUBLIC_HEADERS
   runtime/checkpoint/safetensors.h
   runtime/strategy/strategy.h runtime/strategy/single.h runtime/strategy/data_parallel.h runtime/strategy/ddp.h
   runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/strategy/gather.h
-  runtime/strategy/replica_sync.h runtime/strategy/zero.h runtime/plan/cost_model.h
+  runtime/strategy/replica_sync.h runtime/strategy/zero.h runtime/strategy/powersgd.h runtime/plan/cost_model.h
   models/zoo.h models/gpt.h models/resnet.h models/generate.h models/summary.h)
 
 # Every public header includes the others as "tandem/runtime/tensor.h" (tandem.h and

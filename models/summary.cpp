@@ -77,6 +77,28 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
                      {"kept", c->kept}};
     }
   }
+  json powersgd = nullptr;
+  if (const auto& p = s.powersgd) {
+    json gates = json::array();
+    for (const PowerSgdBucketGate& g : p->buckets)
+      gates.push_back({{"bytes", g.bytes},
+                       {"sent_bytes", g.sent_bytes},
+                       {"measured_ms", g.measured_ms},
+                       {"predicted_ms", g.predicted_ms},
+                       {"compute_ms", g.compute_ms},
+                       {"compress", g.compress}});
+    powersgd = {{"rank", p->rank},
+                {"start_step", p->start_step},
+                {"gate", p->gate},
+                {"decided", p->decided},
+                {"steps", p->steps},
+                {"compressed_params", p->compressed_params},
+                {"bytes", p->bytes},
+                {"sent_bytes", p->sent_bytes},
+                {"predicted_step_ms", p->predicted_step_ms},
+                {"uncompressed_step_ms", p->uncompressed_step_ms},
+                {"buckets", gates}};
+  }
   json grad_ready = json::array();
   for (const GradReadyInfo& g : s.grad_ready)
     grad_ready.push_back({{"name", g.name}, {"bytes", g.bytes}, {"ready_ms", g.ready_ms}});
@@ -118,6 +140,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"bucket_cap_mb", cap_mb},
       {"first_bucket_mb", first_mb},
       {"bucket_auto", bucket_auto},
+      {"powersgd", powersgd},
       {"threads", s.threads},
       {"timed_steps", s.timed_steps},
       {"epochs_completed", s.epochs_completed},

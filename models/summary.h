@@ -36,6 +36,7 @@ struct RunSummary {
   bool replicas_identical = true;
   std::vector<BucketInfo> buckets;
   std::vector<GradReadyInfo> grad_ready;
+  std::optional<PowerSgdSummary> powersgd;  // DDP with --comm-hook powersgd
   std::optional<BucketCaps> bucket_caps;  // DDP  // DDP, rank 0: the cost model's profile (tandem-plan)
   double peak_rss_mb = 0;                  // this process (rank 0)
   std::vector<double> peak_rss_mb_per_rank;  // every process, by rank

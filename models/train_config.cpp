@@ -22,8 +22,8 @@ struct Flags {
   std::string elastic_batch = "auto";
   std::string bucket_cap = "25";
   std::string optimizer = "sgd", mode = "single", device = "cpu", backend = "auto", comm_hook = "none",
-              precision = "fp32", grad_reduce_dtype = "fp32";
-  std::vector<CLI::Option*> gpt_flags, resnet_flags;
+              precision = "fp32", grad_reduce_dtype = "fp32", powersgd_gate = "model";
+  std::vector<CLI::Option*> gpt_flags, resnet_flags, powersgd_flags;
   CLI::Option* checkpointing = nullptr;
   CLI::Option* hidden = nullptr;
   CLI::Option* grad_reduce = nullptr;
@@ -111,7 +111,23 @@ void add_flags(CLI::App& app, Flags& f) {
                  "--batch-size and scales --lr and --min-lr by world size / the job's first world size, off changes "
                  "nothing; auto: global under an elastic tandemrun (--nnodes MIN:MAX), else off")
       ->check(names({"auto", "off", "global", "per-rank"}));
-  app.add_option("--comm-hook", f.comm_hook, "Gradient compression")->check(names({"none", "fp16", "bf16"}));
+  app.add_option("--comm-hook", f.comm_hook,
+                 "Gradient compression: fp16, bf16, or powersgd (low-rank factors with error feedback; "
+                 "docs/scaling.md)")
+      ->check(names({"none", "fp16", "bf16", "powersgd"}));
+  f.powersgd_flags.push_back(app.add_option("--powersgd-rank", c.powersgd.rank,
+                                            "PowerSGD: columns of the factors P and Q (more: closer to the gradient, "
+                                            "more to send)"));
+  f.powersgd_flags.push_back(app.add_option("--powersgd-start-step", c.powersgd.start_step,
+                                            "PowerSGD: steps all-reduced uncompressed before compression starts"));
+  f.powersgd_flags.push_back(
+      app.add_option("--powersgd-gate", f.powersgd_gate,
+                     "PowerSGD: model compresses only the buckets where the cost model, on this job's own timings, "
+                     "predicts a faster step (the log says why); always compresses every matrix that pays in bytes")
+          ->check(names({"model", "always"})));
+  f.powersgd_flags.push_back(app.add_option("--powersgd-min-compression", c.powersgd.min_compression_rate,
+                                            "PowerSGD: a matrix n x m is compressed only when n m exceeds this many "
+                                            "times (n + m) x rank; the rest go uncompressed with the 1-D gradients"));
   app.add_option("--precision", f.precision,
                  "Matrix products (linear, conv, LM head) in fp32, or bf16 with f32 accumulation; weights, "
                  "optimizer state, loss and softmax stay f32")
@@ -251,6 +267,18 @@ void type_and_check(Flags& f) {
             "--grad-reduce-dtype fp32 contradicts --comm-hook " + f.comm_hook);
   }
   c.comm_hook = parse_comm_hook(f.comm_hook);
+  c.powersgd.gate = f.powersgd_gate == "always" ? PowerSgdGate::always : PowerSgdGate::model;
+  const bool powersgd = c.comm_hook == CommHookKind::powersgd;
+  for (const CLI::Option* o : f.powersgd_flags)
+    require(powersgd || o->count() == 0, o->get_name() + " needs --comm-hook powersgd");
+  if (powersgd) {
+    require(c.powersgd.rank >= 1 && c.powersgd.rank <= 1024, "--powersgd-rank must be in 1..1024");
+    require(c.powersgd.start_step >= 0, "--powersgd-start-step must be >= 0");
+    require(c.powersgd.min_compression_rate >= 1, "--powersgd-min-compression must be >= 1");
+    require(!c.bucket_cap_auto, "--comm-hook powersgd times the first steps for its gate: give it a fixed "
+                                "--bucket-cap-mb, not auto");
+    require(!c.no_comm, "--comm-hook powersgd compresses gradient communication: not with --no-comm");
+  }
   c.elastic_batch = f.elastic_batch == "global"     ? ElasticBatch::global
                     : f.elastic_batch == "per-rank" ? ElasticBatch::per_rank
                     : f.elastic_batch == "off"      ? ElasticBatch::off

@@ -71,7 +71,9 @@ struct TrainConfig {
   ElasticBatch elastic_batch = ElasticBatch::automatic;
   // The world size the job first ran at (carried in checkpoints); 0: this run's.
   int64_t elastic_base_world = 0;
-  CommHookKind comm_hook = CommHookKind::none;  // --comm-hook none | fp16 | bf16
+  CommHookKind comm_hook = CommHookKind::none;  // --comm-hook none | fp16 | bf16 | powersgd
+  // --powersgd-rank, --powersgd-start-step, --powersgd-gate, --powersgd-min-compression
+  PowerSgdOptions powersgd;
   // mixed precision (docs/precision.md): matrix products in bf16; gradients reduced in
   // bf16 through the bf16 comm hook (parsing sets comm_hook = CommHookKind::bf16)
   Precision precision = Precision::fp32;  // --precision fp32 | bf16

@@ -150,6 +150,8 @@ ParallelOptions parallel_options(const TrainConfig& c, Device device, int thread
   po.communicate = !c.no_comm;
   po.find_unused_parameters = c.find_unused_parameters;
   po.comm_hook = c.comm_hook;
+  po.powersgd = c.powersgd;
+  po.powersgd.seed = c.seed;
   po.precision = c.precision;
   po.cpu_threads = threads;
   po.zero_stage = c.zero;

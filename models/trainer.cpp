@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <spdlog/spdlog.h>
 
 #include "collectives/init.h"
@@ -123,6 +124,15 @@ void Trainer::resume() {
   CheckpointMeta m;
   strategy_->with_full_optimizer(FullState::write,
                                  [&](Optimizer& full) { m = load_checkpoint(from, strategy_->model(), &full); });
+  const auto hook_file = m.files.find(kCommHookFile);
+  if (strategy_->comm_hook_stateful()) {
+    if (hook_file != m.files.end())
+      strategy_->load_comm_hook_state((std::filesystem::path(from) / kCommHookFile).string(), hook_file->second.crc32);
+    else if (strategy_->rank() == 0)
+      spdlog::warn("{} holds no comm hook state: PowerSGD starts afresh (uncompressed steps, then its gate)", from);
+  } else if (hook_file != m.files.end() && strategy_->rank() == 0) {
+    spdlog::warn("{} holds comm hook state (--comm-hook powersgd) that this run does not use: ignored", from);
+  }
   if (m.seed != c_.seed || m.dataset != c_.data)
     spdlog::warn("resuming a run of --data {} --seed {} with --data {} --seed {}: the data order differs", m.dataset,
                  m.seed, c_.data, c_.seed);
@@ -168,11 +178,15 @@ void Trainer::save() {
   last_saved_step_ = step_;
   // Replicas are identical; one writer. Under ZeRO every rank takes part in gathering the
   // optimizer state's shards (with_full_optimizer), and rank 0 writes it.
-  if (strategy_->rank() != 0 && strategy_->zero_stage() == 0) return;
+  // A stateful comm hook (PowerSGD) gathers every rank's error feedback for it.
+  const bool hook_state = strategy_->comm_hook_stateful();
+  if (strategy_->rank() != 0 && strategy_->zero_stage() == 0 && !hook_state) return;
   const CheckpointMeta m = checkpoint_meta();
+  const TensorFile hook = hook_state ? strategy_->comm_hook_state() : TensorFile{};
   strategy_->with_full_optimizer(FullState::read, [&](Optimizer& full) {
     if (strategy_->rank() == 0)
-      last_saved_path_ = save_checkpoint(c_.checkpoint_dir, strategy_->model(), full, m, c_.keep_last);
+      last_saved_path_ =
+          save_checkpoint(c_.checkpoint_dir, strategy_->model(), full, m, c_.keep_last, hook_state ? &hook : nullptr);
   });
 }
 
@@ -417,6 +431,7 @@ RunSummary Trainer::summary() const {
   s.buckets = st.buckets();
   s.grad_ready = st.grad_ready();
   s.bucket_caps = st.bucket_caps();
+  s.powersgd = st.powersgd();
   s.peak_rss_mb = peak_rss_mb();
   for (int64_t kib : st.per_rank(static_cast<int64_t>(s.peak_rss_mb * 1024.0)))
     s.peak_rss_mb_per_rank.push_back(static_cast<double>(kib) / 1024.0);

@@ -90,7 +90,9 @@ int inspect(const std::string& dir, bool as_json) {
       print_meta(*v.meta);
     }
   }
-  for (const char* file : {kModelFile, kOptimizerFile}) {
+  std::vector<const char*> files = {kModelFile, kOptimizerFile};
+  if (v.meta && v.meta->files.contains(kCommHookFile)) files.push_back(kCommHookFile);  // PowerSGD's state
+  for (const char* file : files) {
     const std::string path = (fs::path(dir) / file).string();
     try {
       SafetensorsHeader h = read_safetensors_header(path);

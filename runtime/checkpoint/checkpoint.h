@@ -4,6 +4,9 @@
 //                                             "bn1.running_mean": a PyTorch state dict's names)
 //                      optimizer.safetensors  optimizer state ("fc1.weight.momentum_buffer"),
 //                                             steps_taken in its __metadata__
+//                      comm_hook.safetensors  a stateful comm hook's state (PowerSGD: error
+//                                             feedback of every rank, warm-start Qs), when
+//                                             the run has one
 //                      meta.json              CheckpointMeta, file and tensor CRC-32s
 // Names carry no mode prefix, so a checkpoint written in any mode and world size loads in
 // any other.
@@ -37,6 +40,7 @@ namespace tandem {
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kMetaFile = "meta.json";
+inline constexpr const char* kCommHookFile = "comm_hook.safetensors";
 
 // "step-00001234" (at least 8 digits; listing orders by the number, not the text).
 std::string checkpoint_dir_name(int64_t step);
@@ -50,8 +54,10 @@ std::optional<int64_t> parse_checkpoint_step(const std::string& name);
 // parameter checksum, the time and the file records itself. A checkpoint of the same step
 // already there is replaced atomically. Call it on one process only (rank 0 / device 0).
 // Returns the checkpoint's path.
+// `comm_hook` (non-null, non-empty): written as comm_hook.safetensors, recorded and
+// verified like the others; load_checkpoint leaves it to the caller (the strategy's hook).
 std::string save_checkpoint(const std::string& root, const Model& model, const Optimizer& optimizer,
-                            const CheckpointMeta& meta, int keep_last = 0);
+                            const CheckpointMeta& meta, int keep_last = 0, const TensorFile* comm_hook = nullptr);
 
 // What model.safetensors holds: every parameter, then every buffer, by name (views of
 // the model's own tensors).

@@ -229,7 +229,9 @@ VerifyResult verify_checkpoint(const std::string& dir) {
         r.problems.push_back(dir + ": the directory name says step " + std::to_string(*named) + " but meta.json says " +
                              std::to_string(r.meta->step));
     }
-    for (const char* file : {kModelFile, kOptimizerFile}) {
+    std::vector<const char*> files = {kModelFile, kOptimizerFile};
+    if (r.meta && r.meta->files.contains(kCommHookFile)) files.push_back(kCommHookFile);
+    for (const char* file : files) {
       try {
         verify_file(dir, file, r.meta ? &*r.meta : nullptr, r);
       } catch (const std::exception& e) {

@@ -163,7 +163,7 @@ NamedTensors model_tensors(const Model& model) {
 }
 
 std::string save_checkpoint(const std::string& root_dir, const Model& model, const Optimizer& optimizer,
-                            const CheckpointMeta& meta, int keep_last) {
+                            const CheckpointMeta& meta, int keep_last, const TensorFile* comm_hook) {
   if (meta.step < 0) throw CheckpointError("save_checkpoint: negative step " + std::to_string(meta.step));
   const fs::path root(root_dir);
   std::error_code ec;
@@ -197,6 +197,11 @@ std::string save_checkpoint(const std::string& root_dir, const Model& model, con
                                                            {"tandem.step", step_str},
                                                            {"optimizer", optimizer.name()},
                                                            {"steps_taken", std::to_string(m.optimizer_steps)}}));
+    if (comm_hook && !comm_hook->empty()) {
+      std::map<std::string, std::string> md = comm_hook->metadata;
+      md["tandem.step"] = step_str;
+      m.files[kCommHookFile] = record_of(write_safetensors((tmp / kCommHookFile).string(), comm_hook->tensors, md));
+    }
     const std::string text = checkpoint_meta_to_json(m);
     File meta_file((tmp / kMetaFile).string(), File::Mode::create);
     meta_file.write_all(text.data(), text.size());

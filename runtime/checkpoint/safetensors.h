@@ -57,6 +57,13 @@ struct SafetensorsChecksums {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// A file's worth: its tensors and its __metadata__.
+struct TensorFile {
+  NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+  bool empty() const { return tensors.empty() && metadata.empty(); }
+};
+
 // Creates `path` and writes the tensors (any device) in name order with `metadata`, then
 // fsyncs and closes it. Checksums are computed from the very bytes written. Throws
 // CheckpointError on an I/O failure, a duplicate or reserved name.

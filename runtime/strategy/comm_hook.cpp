@@ -14,7 +14,8 @@ CommHookKind parse_comm_hook(const std::string& name) {
   if (name == "none") return CommHookKind::none;
   if (name == "fp16") return CommHookKind::fp16;
   if (name == "bf16") return CommHookKind::bf16;
-  throw std::invalid_argument("unknown comm hook '" + name + "' (expected none, fp16 or bf16)");
+  if (name == "powersgd") return CommHookKind::powersgd;
+  throw std::invalid_argument("unknown comm hook '" + name + "' (expected none, fp16, bf16 or powersgd)");
 }
 
 const char* comm_hook_str(CommHookKind kind) {
@@ -22,6 +23,7 @@ const char* comm_hook_str(CommHookKind kind) {
     case CommHookKind::none: return "none";
     case CommHookKind::fp16: return "fp16";
     case CommHookKind::bf16: return "bf16";
+    case CommHookKind::powersgd: return "powersgd";
   }
   return "?";
 }
@@ -103,6 +105,8 @@ std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind, const Tensor& flat, 
     case CommHookKind::none: return std::make_unique<AverageHook>();
     case CommHookKind::fp16: return std::make_unique<CompressHook>(DType::f16, flat);
     case CommHookKind::bf16: return std::make_unique<CompressHook>(DType::bf16, flat);
+    case CommHookKind::powersgd:
+      throw std::invalid_argument("the powersgd hook keeps state across buckets: the reducer builds it (PowerSgd)");
   }
   throw std::invalid_argument("unknown comm hook");
 }

@@ -16,7 +16,8 @@
 
 namespace tandem {
 
-enum class CommHookKind { none, fp16, bf16 };
+// powersgd: low-rank factors (runtime/strategy/powersgd.h); the reducer builds its hooks.
+enum class CommHookKind { none, fp16, bf16, powersgd };
 CommHookKind parse_comm_hook(const std::string& name);  // throws naming accepted values
 const char* comm_hook_str(CommHookKind kind);
 
@@ -25,7 +26,11 @@ class CommHook {
   virtual ~CommHook() = default;
   // Starts the reduction of `flat` (the bucket's f32 gradients).
   virtual std::shared_ptr<Work> launch(ProcessGroup& group, Tensor& flat) = 0;
-  // After the work completed: leaves the averaged gradients in `flat`.
+  // After the work of launch (or of the previous next) completed: starts the reduction's
+  // next collective, or returns null when there is none (the default). The reducer calls
+  // it for every bucket in bucket order, so every rank issues the stages alike.
+  virtual std::shared_ptr<Work> next(ProcessGroup& /*group*/, Tensor& /*flat*/) { return nullptr; }
+  // After the last work completed: leaves the averaged gradients in `flat`.
   virtual void finish(Tensor& flat) = 0;
 };
 

@@ -237,6 +237,20 @@ double DdpStrategy::global_loss(double local_loss) {
   return v;
 }
 
+std::optional<PowerSgdSummary> DdpStrategy::powersgd() const {
+  if (!reducer_->powersgd()) return std::nullopt;
+  return reducer_->powersgd()->summary();
+}
+
+TensorFile DdpStrategy::comm_hook_state() {
+  if (!reducer_->powersgd()) return {};
+  return reducer_->powersgd()->checkpoint_state(*group_, group_->timeout());
+}
+
+void DdpStrategy::load_comm_hook_state(const std::string& path, uint32_t crc32) {
+  if (reducer_->powersgd()) reducer_->powersgd()->restore(path, crc32, group_->size(), group_->rank());
+}
+
 bool DdpStrategy::replicas_identical() {
   const int world = group_->size();
   std::vector<int64_t> sums(world);

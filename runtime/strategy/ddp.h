@@ -60,6 +60,10 @@ class DdpStrategy final : public Strategy {
   std::optional<BucketCaps> bucket_caps() const override {
     return BucketCaps{reducer_->bucket_cap_bytes(), reducer_->first_bucket_cap_bytes(), reducer_->auto_choice()};
   }
+  std::optional<PowerSgdSummary> powersgd() const override;
+  bool comm_hook_stateful() const override { return reducer_->powersgd() != nullptr; }
+  TensorFile comm_hook_state() override;
+  void load_comm_hook_state(const std::string& path, uint32_t crc32) override;
   void barrier() override;
   std::vector<int64_t> per_rank(int64_t local) override;
   // The training loss gets this rank's group; evaluation, where every rank runs the whole

@@ -119,6 +119,7 @@ std::unique_ptr<Strategy> parallelize(const ModelFactory& make_model, const Opti
       ro.find_unused = o.find_unused_parameters;
       ro.hook = o.comm_hook;
       ro.custom_hook = o.custom_comm_hook;
+      ro.powersgd = o.powersgd;
       ro.timeout = o.timeout;
       ro.zero_stage = o.zero_stage;
       auto s = std::make_unique<DdpStrategy>(build(), optimizer, o.device, std::move(group), ro, tracer, o.loss);

@@ -57,6 +57,7 @@ struct ParallelOptions {
   bool find_unused_parameters = false;
   CommHookKind comm_hook = CommHookKind::none;
   CommHookFactory custom_comm_hook;  // a hook of your own (runtime/strategy/comm_hook.h)
+  PowerSgdOptions powersgd;          // comm_hook == powersgd (runtime/strategy/powersgd.h)
   // ddp: 1 shards the optimizer state across the ranks (ZeRO-1, docs/zero.md): gradients
   // reduce-scattered, each rank updates its shard, parameters all-gathered. 0: off.
   int zero_stage = 0;

@@ -22,6 +22,13 @@ Reducer::Reducer(std::vector<Parameter*> params, std::shared_ptr<ProcessGroup> g
     throw std::invalid_argument("ZeRO-1 reduce-scatters the gradients itself: it takes no comm hook");
   if (options_.zero_stage > 0 && !options_.communicate)
     throw std::invalid_argument("ZeRO-1 needs gradient communication (each rank updates only its shard)");
+  if (options_.hook == CommHookKind::powersgd && !options_.custom_hook) {
+    if (options_.auto_buckets_after > 0)
+      throw std::invalid_argument("PowerSGD's gate and --bucket-cap-mb auto would both time the first steps and "
+                                  "change the buckets under each other: give PowerSGD a fixed --bucket-cap-mb");
+    if (!options_.communicate) throw std::invalid_argument("PowerSGD compresses gradient communication: not with --no-comm");
+    powersgd_ = std::make_unique<PowerSgd>(options_.powersgd, params_);
+  }
   for (size_t i = 0; i < params_.size(); ++i) index_of_[params_[i]] = i;
   std::vector<size_t> reverse;
   for (size_t idx = params_.size(); idx-- > 0;)
@@ -99,7 +106,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       continue;  // reduce-scattered by launch(), no hook
     }
     bucket.hook = options_.custom_hook ? options_.custom_hook(bucket.flat, direct)
-                                       : make_comm_hook(options_.hook, bucket.flat, direct);
+                  : powersgd_       ? powersgd_->make_hook(bucket.flat, {bucket.params, bucket.offsets}, direct)
+                                    : make_comm_hook(options_.hook, bucket.flat, direct);
     if (!bucket.hook) throw std::invalid_argument("DDP: the custom comm hook factory returned no hook");
   }
   buckets_ = std::move(buckets);
@@ -192,26 +200,34 @@ void Reducer::finalize_backward(PhaseTimes& times) {
     for (Bucket& b : buckets_) b.pending = 0;
   }
   launch_ready_in_order();  // with overlap off, or after unused parameters: everything left
+  // Each bucket's first collective completes in order; a hook with further stages
+  // (PowerSGD's second all-reduce) starts them bucket by bucket, round after round, so
+  // every rank issues them alike.
   Tracer::Clock::time_point first_launch = t0, last_done = t0;
   bool any = false;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    Bucket& b = buckets_[i];
-    if (!b.work) continue;
-    // CPU backends: blocks until reduced. nccl: makes the compute stream wait for the
-    // communication stream; the host goes on (no host synchronisation inside a step).
-    b.work->wait(options_.timeout);
-    // When the op really finished (it may have been long before this wait), where the
-    // backend knows it; else when the wait saw it.
-    const auto done = b.work->completed_at().value_or(Tracer::Clock::now());
-    if (b.hook) b.hook->finish(b.flat);
-    if (rebuilt_) b.comm_sum_s += std::chrono::duration<double>(done - b.launched_at).count();
-    if (!any || b.launched_at < first_launch) first_launch = b.launched_at;
-    if (!any || done > last_done) last_done = done;
-    any = true;
-    if (tracer_)
-      tracer_->add((options_.zero_stage > 0 ? "reduce-scatter bucket " : "allreduce bucket ") + std::to_string(i) +
-                       " (" + std::to_string(b.flat.nbytes()) + " B)",
-                   Tracer::comm, b.launched_at, done);
+  std::vector<size_t> staged;
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (buckets_[i].work) staged.push_back(i);
+  while (!staged.empty()) {
+    std::vector<size_t> again;
+    for (size_t i : staged) {
+      Bucket& b = buckets_[i];
+      Tracer::Clock::time_point done;
+      if (advance(i, done)) {
+        again.push_back(i);
+        continue;
+      }
+      if (b.hook) b.hook->finish(b.flat);
+      if (rebuilt_) b.comm_sum_s += std::chrono::duration<double>(done - b.launched_at).count();
+      if (!any || b.launched_at < first_launch) first_launch = b.launched_at;
+      if (!any || done > last_done) last_done = done;
+      any = true;
+      if (tracer_)
+        tracer_->add((options_.zero_stage > 0 ? "reduce-scatter bucket " : "allreduce bucket ") + std::to_string(i) +
+                         " (" + std::to_string(b.flat.nbytes()) + " B)",
+                     Tracer::comm, b.launched_at, done);
+    }
+    staged = std::move(again);
   }
   auto t1 = Tracer::Clock::now();
   if (k) times.defer(*k, before_wait, k->mark(), &PhaseTimes::exposed_comm_ms);
@@ -220,14 +236,32 @@ void Reducer::finalize_backward(PhaseTimes& times) {
 
   const double sync_s = std::chrono::duration<double>(Tracer::Clock::now() - prepared_at_).count();
   if (rebuilt_) ++timed_backwards_, sync_sum_s_ += sync_s;
+  if (powersgd_) powersgd_->end_step();
   if (!rebuilt_) {
     rebuild_from_rank0_order();
+  } else if (powersgd_ && !powersgd_->decided() && timed_backwards_ >= 2 &&
+             powersgd_->steps() >= options_.powersgd.start_step) {
+    gate_powersgd();
   } else if (options_.auto_buckets_after > 0 && !auto_choice_ && timed_backwards_ >= options_.auto_buckets_after) {
     choose_bucket_caps();
   } else if (trial_ && ++trial_->seen > 1) {
     trial_->sum_s += sync_s;
     if (trial_->seen == 1 + kTrialSteps) end_bucket_trial();
   }
+}
+
+bool Reducer::advance(size_t i, Tracer::Clock::time_point& done) {
+  Bucket& b = buckets_[i];
+  // CPU backends: blocks until reduced. nccl: makes the compute stream wait for the
+  // communication stream; the host goes on (no host synchronisation inside a step).
+  b.work->wait(options_.timeout);
+  // When the op really finished (it may have been long before this wait), where the
+  // backend knows it; else when the wait saw it.
+  done = b.work->completed_at().value_or(Tracer::Clock::now());
+  std::shared_ptr<Work> next = b.hook ? b.hook->next(*group_, b.flat) : nullptr;
+  if (!next) return false;
+  b.work = std::move(next);
+  return true;
 }
 
 void Reducer::rebuild_from_rank0_order() {

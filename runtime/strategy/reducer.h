@@ -40,6 +40,7 @@
 #include "tandem/collectives/process_group.h"
 #include "tandem/runtime/module.h"
 #include "tandem/runtime/strategy/comm_hook.h"
+#include "tandem/runtime/strategy/powersgd.h"
 #include "tandem/runtime/strategy/strategy.h"
 #include "tandem/runtime/trace.h"
 
@@ -63,6 +64,10 @@ struct ReducerOptions {
   // all-reduces on the group, rank 0 simulates its measured backward with each candidate
   // cap and first cap and broadcasts the fastest, and the buckets are cut again. 0: fixed.
   int auto_buckets_after = 0;
+  // hook == powersgd: its settings (runtime/strategy/powersgd.h). With the model's gate,
+  // the reducer decides which buckets to compress once it has timed two synchronised
+  // backwards and the next step reaches start_step (reducer_powersgd.cpp).
+  PowerSgdOptions powersgd;
 };
 
 
@@ -103,6 +108,8 @@ class Reducer {
   size_t bucket_cap_bytes() const { return options_.bucket_cap_bytes; }
   size_t first_bucket_cap_bytes() const { return options_.first_bucket_cap_bytes; }
   const std::optional<AutoBucketChoice>& auto_choice() const { return auto_choice_; }
+  // The PowerSGD state (hook == powersgd), else null.
+  PowerSgd* powersgd() const { return powersgd_.get(); }
 
  private:
   struct Bucket {
@@ -136,6 +143,12 @@ class Reducer {
   // Cuts the buckets for these caps where the cut changes (every rank alike).
   bool recut(size_t cap, size_t first);  // true: the cut changed
   void reset_profile();
+  // PowerSGD's gate (runtime/strategy/reducer_powersgd.cpp): which buckets compression
+  // pays for, decided on rank 0 from this job's profile and a probe of the group, broadcast.
+  void gate_powersgd();
+  // Waits for bucket i's work and starts its hook's next stage; false when it has none
+  // (then the bucket is done: `done` is when its last collective finished).
+  bool advance(size_t i, Tracer::Clock::time_point& done);
   std::vector<std::pair<int64_t, double>> probe_allreduce_ms(int64_t max_bytes);
 
   std::vector<Parameter*> params_;
@@ -156,6 +169,7 @@ class Reducer {
   double sync_sum_s_ = 0;          // when finalize_backward ended, since prepare_for_backward
   int64_t timed_backwards_ = 0;
   std::optional<AutoBucketChoice> auto_choice_;
+  std::unique_ptr<PowerSgd> powersgd_;
   // The trial of the chosen caps: the backwards since the change (the first, which fills
   // new buffers, not timed) and their summed time to the end of finalize_backward.
   struct Trial {

@@ -28,6 +28,7 @@
 #include "tandem/runtime/layers/loss.h"
 #include "tandem/runtime/layers/metric.h"
 #include "tandem/runtime/model.h"
+#include "tandem/runtime/strategy/powersgd.h"
 #include "tandem/runtime/optim/optimizer.h"
 
 namespace tandem {
@@ -259,6 +260,17 @@ class Strategy {
   virtual std::vector<GradReadyInfo> grad_ready() const { return {}; }
   // DDP: the caps in force (std::nullopt outside DDP).
   virtual std::optional<BucketCaps> bucket_caps() const { return std::nullopt; }
+  // DDP with --comm-hook powersgd: its settings, the gate's decision and step count.
+  virtual std::optional<PowerSgdSummary> powersgd() const { return std::nullopt; }
+  // A comm hook that carries state from step to step (PowerSGD's error feedback and
+  // warm-start matrices), which checkpoints must hold for a resume to continue bit for bit.
+  virtual bool comm_hook_stateful() const { return false; }
+  // Its state for a checkpoint (comm_hook.safetensors): a collective when stateful, every
+  // rank calls it and rank 0's is complete. Empty when not stateful.
+  virtual TensorFile comm_hook_state() { return {}; }
+  // Restores this rank's part from a checkpoint's comm_hook.safetensors at `path`, which
+  // the checkpoint's meta.json records with `crc32` (verified: CheckpointError otherwise).
+  virtual void load_comm_hook_state(const std::string& /*path*/, uint32_t /*crc32*/) {}
   // The loss and metrics each replica uses (ParallelOptions::loss and ::metrics); the
   // defaults are softmax cross-entropy and {accuracy}. The loss must be set before the
   // first forward_backward; a strategy holding several replicas builds one loss per replica.

@@ -19,6 +19,8 @@
 
 #include "collectives/process_group.h"
 #include "runtime/kernels.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/strategy/powersgd.h"
 #include "runtime/strategy/reducer.h"
 
 using namespace tandem;
@@ -450,6 +452,194 @@ TEST(Reducer, Fp16HookIsWithinHalfPrecisionOfF32) {
 
 TEST(Reducer, Bf16HookIsWithinBfloat16PrecisionOfF32) {
   expect_compressed(CommHookKind::bf16, DType::bf16, std::ldexp(1.0, -8));
+}
+
+// PowerSGD (runtime/strategy/powersgd.h) on the mirror group: the peer holds this rank's
+// gradients, so the average is the gradient itself and what comes back is its low-rank
+// approximation. A rank-1 gradient survives rank-1 compression (to f32 rounding), 1-D
+// gradients travel uncompressed in the same first all-reduce, and error feedback keeps
+// exactly what compression left out.
+struct PowerSgdFixture {
+  std::vector<std::unique_ptr<Parameter>> owned;  // p0: 32 x 16 weight, p1: 32 bias
+  std::shared_ptr<MirrorGroup> group;
+  std::unique_ptr<Reducer> reducer;
+
+  explicit PowerSgdFixture(int world, int64_t start_step = 0) : group(std::make_shared<MirrorGroup>(world)) {
+    for (const Shape& shape : {Shape{32, 16}, Shape{32}}) {
+      auto p = std::make_unique<Parameter>();
+      p->name = "p" + std::to_string(owned.size());
+      p->value = Tensor::zeros(shape);
+      p->grad = Tensor::zeros(shape);
+      owned.push_back(std::move(p));
+    }
+    ReducerOptions o;
+    o.hook = CommHookKind::powersgd;
+    o.powersgd.gate = PowerSgdGate::always;
+    o.powersgd.start_step = start_step;
+    reducer = std::make_unique<Reducer>(std::vector<Parameter*>{owned[0].get(), owned[1].get()}, group, o);
+  }
+  // One synchronised backward with these gradients; returns what the reducer left.
+  std::vector<std::vector<float>> step(const std::vector<float>& weight, const std::vector<float>& bias) {
+    reducer->prepare_for_backward();
+    std::copy(weight.begin(), weight.end(), owned[0]->grad.f32());
+    std::copy(bias.begin(), bias.end(), owned[1]->grad.f32());
+    reducer->mark_ready(*owned[1]);
+    reducer->mark_ready(*owned[0]);
+    PhaseTimes t;
+    reducer->finalize_backward(t);
+    return {owned[0]->grad.to_vector(), owned[1]->grad.to_vector()};
+  }
+};
+
+std::vector<float> rank_one(float scale) {  // u v^T, u_i = i + 1, v_j = (j % 5) - 2.5
+  std::vector<float> g(32 * 16);
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 16; ++j) g[i * 16 + j] = scale * static_cast<float>(i + 1) * (static_cast<float>(j % 5) - 2.5f);
+  return g;
+}
+
+std::vector<float> bias_values() {
+  std::vector<float> b(32);
+  for (int i = 0; i < 32; ++i) b[i] = static_cast<float>(i) * 0.25f - 3.0f;
+  return b;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  double peak = 0;
+  for (float w : want) peak = std::max(peak, std::fabs(static_cast<double>(w)));
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * peak) << "element " << i;
+}
+
+TEST(PowerSgd, ARankOneGradientComesBackAndVectorsPassExactlyInTheSameAllReduce) {
+  PowerSgdFixture f(2);
+  const auto out = f.step(rank_one(1.0f), bias_values());
+  expect_close(out[0], rank_one(1.0f), 1e-5);
+  EXPECT_EQ(out[1], bias_values());  // 2 b summed, halved: exact
+  // Two sums: [bias (32) | P (32 x 1)], then [Q (16 x 1)].
+  std::vector<int64_t> counts;
+  for (const MirrorGroup::Op& op : f.group->ops)
+    if (op.op == OpType::allreduce) {
+      EXPECT_EQ(op.reduce, ReduceOp::sum);
+      counts.push_back(op.count);
+    }
+  EXPECT_EQ(counts, (std::vector<int64_t>{64, 16}));
+}
+
+TEST(PowerSgd, StepsBeforeTheStartAreAveragedUncompressed) {
+  PowerSgdFixture f(2, /*start_step=*/2);
+  f.step(rank_one(1.0f), bias_values());
+  f.step(rank_one(1.0f), bias_values());
+  size_t before = 0;
+  for (const MirrorGroup::Op& op : f.group->ops)
+    if (op.op == OpType::allreduce) {
+      EXPECT_EQ(op.reduce, ReduceOp::avg);
+      ++before;
+    }
+  EXPECT_EQ(before, 1u * 2);  // one bucket, one plain all-reduce per step
+  f.step(rank_one(1.0f), bias_values());
+  size_t sums = 0;
+  for (const MirrorGroup::Op& op : f.group->ops) sums += op.op == OpType::allreduce && op.reduce == ReduceOp::sum;
+  EXPECT_EQ(sums, 2u);
+  EXPECT_EQ(f.reducer->powersgd()->steps(), 3);
+}
+
+TEST(PowerSgd, ErrorFeedbackKeepsWhatCompressionLeftOut) {
+  // A rank-2 gradient at rank 1: the first step sends part of it; later steps with zero
+  // gradients send the rest out of the error. What was sent plus the error left is the
+  // gradient, to f32 rounding.
+  PowerSgdFixture f(1);
+  std::vector<float> g = rank_one(1.0f);
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 16; ++j) g[i * 16 + j] += static_cast<float>((i % 3) - 1) * static_cast<float>(j + 1);
+  std::vector<float> sent(g.size(), 0.0f);
+  const std::vector<float> zero(g.size(), 0.0f), zero_bias(32, 0.0f);
+  for (int s = 0; s < 4; ++s) {
+    const auto out = f.step(s == 0 ? g : zero, zero_bias);
+    if (s == 0) {
+      double diff = 0;
+      for (size_t i = 0; i < g.size(); ++i) diff = std::max(diff, std::fabs(static_cast<double>(out[0][i] - g[i])));
+      EXPECT_GT(diff, 1.0) << "a rank-2 gradient cannot pass rank-1 compression whole";
+    }
+    for (size_t i = 0; i < g.size(); ++i) sent[i] += out[0][i];
+  }
+  const TensorFile state = f.reducer->powersgd()->checkpoint_state(*f.group, std::chrono::seconds(5));
+  const Tensor* error = nullptr;
+  for (const auto& [name, t] : state.tensors)
+    if (name == "powersgd.error.rank0.p0") error = &t;
+  ASSERT_NE(error, nullptr);
+  std::vector<float> total = sent;
+  for (size_t i = 0; i < g.size(); ++i) total[i] += error->f32()[i];
+  expect_close(total, g, 1e-5);
+  // Rank 2 spread over two steps: after the second, (almost) nothing is left behind.
+  double left = 0;
+  for (size_t i = 0; i < g.size(); ++i) left = std::max(left, std::fabs(static_cast<double>(error->f32()[i])));
+  EXPECT_LT(left, 1e-3);
+}
+
+TEST(PowerSgd, AResumedStateContinuesBitForBit) {
+  PowerSgdFixture a(1), b(1);
+  std::vector<float> g = rank_one(0.5f);
+  for (size_t i = 0; i < g.size(); ++i) g[i] += static_cast<float>(i % 7) * 0.01f;
+  for (int s = 0; s < 3; ++s) a.step(g, bias_values());
+  // b's own state differs (zero gradients: P all zero, which the epsilon keeps from NaN)...
+  for (int s = 0; s < 3; ++s) {
+    const auto out = b.step(std::vector<float>(g.size(), 0.0f), std::vector<float>(32, 0.0f));
+    for (float v : out[0]) ASSERT_EQ(v, 0.0f);
+  }
+  // ... until it takes a's.
+  const TensorFile state = a.reducer->powersgd()->checkpoint_state(*a.group, std::chrono::seconds(5));
+  const std::string path = testing::TempDir() + "powersgd_state.safetensors";
+  const SafetensorsChecksums sums = write_safetensors(path, state.tensors, state.metadata);
+  b.reducer->powersgd()->restore(path, sums.file_crc32, 1, 0);
+  EXPECT_EQ(b.reducer->powersgd()->steps(), 3);
+  const auto next_a = a.step(rank_one(1.0f), bias_values());
+  const auto next_b = b.step(rank_one(1.0f), bias_values());
+  EXPECT_EQ(next_a, next_b);
+  // Another rank than the checkpoint's is refused, naming both.
+  PowerSgdFixture c(1);
+  ReducerOptions o;
+  o.hook = CommHookKind::powersgd;
+  o.powersgd.rank = 2;
+  Reducer r2({c.owned[0].get(), c.owned[1].get()}, c.group, o);
+  try {
+    r2.powersgd()->restore(path, sums.file_crc32, 1, 0);
+    FAIL() << "restored rank-1 state into rank 2";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("--powersgd-rank 1, this run uses 2"), std::string::npos) << e.what();
+  }
+  // A file that changed since it was verified is refused.
+  EXPECT_THROW(b.reducer->powersgd()->restore(path, sums.file_crc32 ^ 1u, 1, 0), CheckpointError);
+}
+
+TEST(PowerSgd, OrthonormalisationLeavesAZeroColumnZero) {
+  // 4 x 3: column 1 all zero (PyTorch's epsilon 0 would divide 0 by 0 there).
+  std::vector<float> p = {1, 0, 2, 2, 0, 1, 0, 0, -1, 1, 0, 3};
+  orthonormalize_columns(p.data(), 4, 3, 1e-8f);
+  for (float v : p) ASSERT_FALSE(std::isnan(v));
+  double n0 = 0, n2 = 0, d02 = 0;
+  for (int row = 0; row < 4; ++row) {
+    EXPECT_EQ(p[row * 3 + 1], 0.0f);
+    n0 += p[row * 3] * p[row * 3];
+    n2 += p[row * 3 + 2] * p[row * 3 + 2];
+    d02 += p[row * 3] * p[row * 3 + 2];
+  }
+  EXPECT_NEAR(n0, 1.0, 1e-6);
+  EXPECT_NEAR(n2, 1.0, 1e-6);
+  EXPECT_NEAR(d02, 0.0, 1e-6);
+}
+
+TEST(PowerSgd, IsRefusedWithZeroAndWithAutoBuckets) {
+  Params ps = five_params();
+  auto group = std::make_shared<MirrorGroup>(2);
+  ReducerOptions o;
+  o.hook = CommHookKind::powersgd;
+  o.zero_stage = 1;
+  EXPECT_THROW(Reducer(ps.pointers(), group, o), std::invalid_argument);
+  o.zero_stage = 0;
+  o.auto_buckets_after = 3;
+  EXPECT_THROW(Reducer(ps.pointers(), group, o), std::invalid_argument);
 }
 
 }  // namespace
