@@ -1,6 +1,9 @@
-"""PyTorch DDP peer for scripts/bench-ddp: the same model, per-rank batch, optimizer and
-data pipeline as `tandem-train --mode ddp --data synthetic`, gloo backend, launched by
-the script with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. Rank 0 prints one JSON line.
+"""PyTorch DDP peer for scripts/bench-ddp and scripts/bench-powersgd: the same model,
+per-rank batch, optimizer and data pipeline as `tandem-train --mode ddp --data synthetic`,
+gloo backend, launched by the script with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. --hook
+registers PyTorch's own comm hook (fp16_compress_hook, or powerSGD_hook with the given
+rank and start iteration, error feedback and warm start on, as its defaults). Rank 0 prints
+one JSON line.
 """
 import argparse
 import json
@@ -23,6 +26,10 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--samples", type=int, default=60000)
     p.add_argument("--no-comm", action="store_true")
+    p.add_argument("--hook", choices=("none", "fp16", "powersgd"), default="none")
+    p.add_argument("--powersgd-rank", type=int, default=1)
+    p.add_argument("--powersgd-start", type=int, default=10)
+    p.add_argument("--one-bucket", action="store_true")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -31,7 +38,21 @@ def main():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, a.hidden), nn.ReLU(),
                           nn.Linear(a.hidden, a.hidden), nn.ReLU(), nn.Linear(a.hidden, 10))
-    ddp = DDP(model)
+    if a.one_bucket:
+        # PyTorch 1.13's powerSGD_hook over gloo fails with two buckets or more (its second
+        # all-reduce, launched from the first's callback, meets another bucket's on the wire:
+        # "op.preamble.length <= op.nbytes"); one bucket (a first bucket and a cap beyond the
+        # model) keeps every rank's collectives in one order.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
+    ddp = DDP(model, bucket_cap_mb=1024) if a.one_bucket else DDP(model)
+    if a.hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif a.hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+        state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
+                                       start_powerSGD_iter=a.powersgd_start, random_seed=0)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(0)
