@@ -309,7 +309,7 @@ void type_and_check(Flags& f) {
 
   require(c.mode == Mode::dp || c.devices == 1, "--devices needs --mode dp");
   require(c.backend != Backend::nccl || c.device == DeviceKind::cuda, "--backend nccl needs --device cuda");
-  require(!hooked || c.device != DeviceKind::cuda || !host_staged_backend(c),
+  require(!hooked || c.comm_hook == CommHookKind::powersgd || c.device != DeviceKind::cuda || !host_staged_backend(c),
           "--comm-hook " + f.comm_hook + " with --device cuda needs --backend nccl (mpi, gloo, shm and hier stage GPU "
           "buckets through host memory, uncompressed)");
   require(c.save_every == 0 || !c.checkpoint_dir.empty(), "--save-every needs --checkpoint-dir");

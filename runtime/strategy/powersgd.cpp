@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -38,30 +39,49 @@ class PowerSgdHook final : public CommHook {
  public:
   // dry: the gate's timing run (no error feedback read or written, no Q kept, every
   // eligible matrix compressed whatever the decision).
-  PowerSgdHook(PowerSgd& state, PowerSgdBucket bucket, bool dry = false)
-      : state_(state), bucket_(std::move(bucket)), dry_(dry) {}
+  // direct: the group takes the bucket's device. Otherwise (a GPU bucket over mpi, gloo or
+  // shm) each all-reduced buffer is staged through host memory: down before the
+  // collective, up after it (the factors are small; an uncompressed step stages the bucket).
+  PowerSgdHook(PowerSgd& state, PowerSgdBucket bucket, bool direct = true, bool dry = false)
+      : state_(state), bucket_(std::move(bucket)), direct_(direct), dry_(dry) {}
+  ~PowerSgdHook() override {
+    // An op that never completed (a timeout) may still write into a host buffer from the
+    // engine's abandoned thread: the buffers are then left to the process's exit.
+    if (last_ && !last_->is_completed()) {
+      static std::mutex mutex;
+      static std::vector<Tensor> abandoned;  // reachable until exit
+      std::lock_guard<std::mutex> lock(mutex);
+      for (Tensor* t : {&h0_, &h1_, &h2_}) abandoned.push_back(std::move(*t));
+    }
+  }
 
   std::shared_ptr<Work> launch(ProcessGroup& group, Tensor& flat) override {
     world_ = group.size();
     stage_ = 0;
     compressing_ = state_.compressing() && plan(flat.device());
-    if (!compressing_) return group.allreduce(buffer_of(flat), ReduceOp::avg);
+    if (!compressing_) return reduce(group, flat, h0_, ReduceOp::avg);
     compute_p(flat);
     stage_ = 1;
-    return group.allreduce(buffer_of(s1_), ReduceOp::sum);
+    return reduce(group, s1_, h1_, ReduceOp::sum);
   }
 
   std::shared_ptr<Work> next(ProcessGroup& group, Tensor& flat) override {
     if (!compressing_ || stage_ != 1) return nullptr;
+    unstage(s1_, h1_);
     unpack_uncompressed(flat);
     orthonormalize_p(flat.device());
     compute_q(flat);
     stage_ = 2;
-    return group.allreduce(buffer_of(s2_), ReduceOp::sum);
+    return reduce(group, s2_, h2_, ReduceOp::sum);
   }
 
   void finish(Tensor& flat) override {
-    if (compressing_) decompress(flat);
+    if (!compressing_) {
+      unstage(flat, h0_);
+      return;
+    }
+    unstage(s2_, h2_);
+    decompress(flat);
   }
 
   // The gate's measurement: the whole arithmetic on `copy`, no communication.
@@ -76,6 +96,18 @@ class PowerSgdHook final : public CommHook {
   }
 
  private:
+  // All-reduces `t`, through `host` when the group does not take t's device.
+  std::shared_ptr<Work> reduce(ProcessGroup& group, Tensor& t, Tensor& host, ReduceOp op) {
+    if (direct_) return last_ = group.allreduce(buffer_of(t), op);
+    if (!host.defined() || host.numel() != t.numel()) host = Tensor::empty({t.numel()}, DType::f32, Device::cpu());
+    device_copy(host.raw(), Device::cpu(), t.raw(), t.device(), t.nbytes());
+    return last_ = group.allreduce(buffer_of(host), op);
+  }
+  // After a staged all-reduce completed: its result back into `t`.
+  void unstage(Tensor& t, const Tensor& host) {
+    if (!direct_) device_copy(t.raw(), t.device(), host.raw(), Device::cpu(), t.nbytes());
+  }
+
   bool compressed(size_t param) const {
     const PowerSgd::Slot& s = state_.slots_[param];
     return s.eligible && (dry_ || s.compress);
@@ -215,6 +247,7 @@ class PowerSgdHook final : public CommHook {
 
   PowerSgd& state_;
   PowerSgdBucket bucket_;
+  bool direct_;
   bool dry_;
   int world_ = 1;
   int stage_ = 0;
@@ -222,6 +255,8 @@ class PowerSgdHook final : public CommHook {
   std::vector<int64_t> place_, q_place_;
   int64_t uncompressed_ = 0;
   Tensor s1_, s2_;  // [uncompressed | Ps], [Qs]
+  Tensor h0_, h1_, h2_;  // host staging of the bucket, s1_ and s2_ (not direct)
+  std::shared_ptr<Work> last_;  // the op reading and writing them
   std::map<size_t, Tensor> dry_q_;
 };
 
@@ -251,11 +286,8 @@ PowerSgd::PowerSgd(PowerSgdOptions options, std::vector<Parameter*> params)
 }
 
 std::unique_ptr<CommHook> PowerSgd::make_hook(const Tensor& flat, PowerSgdBucket bucket, bool direct) {
-  if (!direct)
-    throw std::invalid_argument("--comm-hook powersgd needs a backend that reduces device buffers directly (nccl); "
-                                "this group stages GPU buckets through host memory");
   if (flat.dtype() != DType::f32) throw std::invalid_argument("PowerSGD reduces f32 gradients only");
-  return std::make_unique<PowerSgdHook>(*this, std::move(bucket));
+  return std::make_unique<PowerSgdHook>(*this, std::move(bucket), direct);
 }
 
 Tensor& PowerSgd::q_of(size_t param) {
@@ -295,7 +327,7 @@ int64_t PowerSgd::sent_bytes(const PowerSgdBucket& bucket) const {
 
 double PowerSgd::time_compression(const Tensor& flat, const PowerSgdBucket& bucket, int world) {
   if (eligible_bytes(bucket) == 0) return 0;
-  PowerSgdHook hook(*this, bucket, /*dry=*/true);
+  PowerSgdHook hook(*this, bucket, /*direct=*/true, /*dry=*/true);
   Tensor copy = flat.clone();
   Kernels& k = kernels_for(flat.device());
   double best = std::numeric_limits<double>::infinity();

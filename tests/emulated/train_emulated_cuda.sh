@@ -7,7 +7,8 @@
 # takes one image at a time on the CPU, so its sums round differently.
 # The GPT runs too, in single, DP(2) and DDP(2), bit for bit with the CPU.
 # Also: the summary's device figures, traces, AdamW state in checkpoints, two DDP ranks
-# sharing one GPU, and the errors for too few GPUs and a comm hook the staged path cannot run.
+# sharing one GPU, PowerSGD's factors staged through the host, and the errors for too few
+# GPUs and a comm hook the staged path cannot run.
 source "$(dirname "$0")/../e2e/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 E="$BIN/tandem-train-emulated"
@@ -32,6 +33,10 @@ for dev in cpu cuda; do
     --backend gloo --bucket-cap-mb 0.01 --no-overlap --summary-json "$TMP/buckets-$dev.json"
   expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --mode dp --devices 2 --grad-accum 2 --batch-size 16 \
     --summary-json "$TMP/dpaccum-$dev.json"
+  # PowerSGD's factors from the device, staged through the host for gloo (powersgd.h).
+  expect 0 "done:" -- "$RUN" --nproc-per-node 2 --master-port 0 -- "$E" "${COMMON[@]}" --device "$dev" --mode ddp \
+    --backend gloo --comm-hook powersgd --powersgd-gate always --powersgd-rank 2 --powersgd-start-step 5 \
+    --summary-json "$TMP/powersgd-$dev.json"
   # The CNN through DDP: its conv and pooling buffers on the device, 2 ranks of 16.
   expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --model cnn --batch-size 16 --max-steps 6 --device "$dev" \
     --mode ddp --backend mpi --grad-accum 2 --summary-json "$TMP/cnn-$dev.json"
@@ -87,7 +92,8 @@ expect 0 "emulated ok" -- python3 - "$TMP" <<'PY'
 import json, sys
 d = sys.argv[1]
 s = lambda k: json.load(open(f"{d}/{k}.json"))
-for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gptdp", "gptddp", "gptbf16", "dpbf16"):
+for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gptdp", "gptddp", "gptbf16", "dpbf16",
+          "powersgd"):
     cpu, gpu = s(f"{k}-cpu"), s(f"{k}-cuda")
     if k == "cnn":  # Conv2d batches images per GEMM on a GPU, one image on the CPU: other roundings
         for f in ("final_train_loss", "test_loss"):
@@ -97,8 +103,10 @@ for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gp
     assert gpu["device"] == "cuda:0" and cpu["device"] == "cpu", (k, gpu["device"], cpu["device"])
     assert gpu["peak_device_memory_mb"] > 0, (k, gpu.get("peak_device_memory_mb"))
     assert cpu.get("peak_device_memory_mb") in (None, 0), (k, cpu.get("peak_device_memory_mb"))
-for k in ("mpi", "gloo", "buckets", "cnn", "gptddp"):
+for k in ("mpi", "gloo", "buckets", "cnn", "gptddp", "powersgd"):
     assert s(f"{k}-cuda")["replicas_identical"] is True, k
+assert s("powersgd-cuda")["powersgd"]["compressed_params"] == 3
+assert s("powersgd-cuda")["param_checksum"] != s("gloo-cuda")["param_checksum"], "compressed"
 for k in ("gptbf16", "dpbf16"):
     assert s(f"{k}-cuda")["bf16_gemm"] == "cublas" and s(f"{k}-cpu")["bf16_gemm"] in ("native", "fallback"), k
     assert s(f"{k}-cpu")["param_checksum"] != s(k.replace("bf16", "") + "-cpu")["param_checksum"], k
