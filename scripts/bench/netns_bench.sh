@@ -24,6 +24,13 @@ wait_nodes() {
   while [ ${#running[@]} -gt 0 ]; do
     wait -n -p done_pid "${running[@]}"
     rc=$?
+    if [ -z "${done_pid:-}" ]; then
+      # Bash already moved a finished job out of its job table (it does so when a later
+      # command substitution forks), where wait -n no longer sees it: wait for it by pid.
+      for done_pid in "${running[@]}"; do break; done
+      wait "$done_pid"
+      rc=$?
+    fi
     for i in "${!running[@]}"; do [ "${running[$i]}" = "$done_pid" ] && unset 'running[i]'; done
     [ "$rc" = 0 ] && continue
     for i in "${!PIDS[@]}"; do [ "${PIDS[$i]}" = "$done_pid" ] && break; done
