@@ -273,7 +273,8 @@ PowerSgd::PowerSgd(PowerSgdOptions options, std::vector<Parameter*> params)
     const int64_t numel = p->value.numel();
     s.n = shape.size() >= 2 ? shape[0] : numel;
     s.m = s.n > 0 ? numel / s.n : 0;
-    s.eligible = shape.size() >= 2 && p->value.dtype() == DType::f32 &&
+    // A frozen parameter is in no bucket: never compressed, no state.
+    s.eligible = p->requires_grad && shape.size() >= 2 && p->value.dtype() == DType::f32 &&
                  static_cast<double>(s.n) * static_cast<double>(s.m) >
                      options_.min_compression_rate * static_cast<double>((s.n + s.m) * r);
     if (!s.eligible) s.n = numel, s.m = 1;  // uncompressed: only its element count matters

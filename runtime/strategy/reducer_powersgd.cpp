@@ -27,6 +27,10 @@ constexpr double kPowerSgdMargin = 0.10;
 }  // namespace
 
 void Reducer::gate_powersgd() {
+  if (buckets_.empty()) {  // nothing trains (every rank alike): nothing to decide
+    powersgd_->decide({}, {}, 0, 0);
+    return;
+  }
   const double n = static_cast<double>(timed_backwards_);
   std::vector<PowerSgdBucket> parts;
   std::vector<PowerSgdBucketGate> gates;

@@ -34,6 +34,14 @@ expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/resume
 expect 0 "done:" -- "${RUN[@]}" "$T" "${COMMON[@]}" --max-steps 6 --grad-accum 2 --summary-json "$TMP/accum.json"
 expect 0 "summary ok" -- python3 "$(dirname "$0")/check_summary.py" "$TMP/accum.json"
 
+# A frozen weight is in no bucket: never compressed, no state.
+expect 0 "done:" -- "${RUN[@]}" "$T" "${COMMON[@]}" --max-steps 6 --freeze 'fc1.*' \
+  --summary-json "$TMP/frozen.json"
+expect 0 "compressed 2 weights" -- python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("compressed", s["powersgd"]["compressed_params"], "weights")' "$TMP/frozen.json"
+
 # The model's gate decides from this job's own timings and says what it decided.
 expect 0 "PowerSGD gate:" -- "${RUN[@]}" "$T" --data synthetic --synthetic-train 1024 --model mlp --hidden 256 \
   --batch-size 32 --mode ddp --no-progress --threads 1 --comm-hook powersgd --powersgd-start-step 4 --max-steps 8
