@@ -41,20 +41,27 @@ def gpt2_layers(n_layer=12, c=768, vocab=50257, ctx=1024):
     return layers
 
 
-def gpt2_profile(mfu, tokens):
-    layers = gpt2_layers()
-    flops = [f * tokens for _, _, f in layers]
-    forward = sum(flops) / (H100_BF16_DENSE * mfu)
-    # Backward runs from the head down: each layer's gradient is ready once backward has
-    # passed it. The tied embedding's gradient is complete only at the very end.
+def backward_profile(model, layers, samples, mfu, tied=()):
+    """Forward takes the layers' FLOPs for `samples` at mfu of the peak; backward, twice
+    that from the top down, makes each layer's gradient ready once it has passed it. A
+    `tied` layer's gradient is complete only at the end (its weight is used again below)."""
+    rate = H100_BF16_DENSE * mfu
+    flops = [f * samples for _, _, f in layers]
+    forward = sum(flops) / rate
     t = forward
     grads = []
     for (name, params, _), f in zip(reversed(layers), reversed(flops)):
-        t += 2 * f / (H100_BF16_DENSE * mfu)
-        if params and name != "wte":
+        t += 2 * f / rate
+        if params and name not in tied:
             grads.append({"name": name, "bytes": 4 * params, "ready_ms": t * 1e3})
-    grads.append({"name": "wte (tied to lm_head)", "bytes": 4 * layers[0][1], "ready_ms": t * 1e3})
-    return profile("gpt2-124m", layers, forward, grads)
+    grads += [{"name": f"{name} (tied)", "bytes": 4 * params, "ready_ms": t * 1e3}
+              for name, params, _ in layers if name in tied]
+    return profile(model, layers, forward, grads)
+
+
+def gpt2_profile(mfu, tokens):
+    # The token embedding is the LM head's weight too (nanoGPT ties them).
+    return backward_profile("gpt2-124m", gpt2_layers(), tokens, mfu, tied=("wte",))
 
 
 def resnet50_layers(image=224, classes=1000):
@@ -85,15 +92,7 @@ def resnet50_layers(image=224, classes=1000):
 
 
 def resnet50_profile(mfu, batch):
-    layers = resnet50_layers()
-    flops = [f * batch for _, _, f in layers]
-    forward = sum(flops) / (H100_BF16_DENSE * mfu)
-    t = forward
-    grads = []
-    for (name, params, _), f in zip(reversed(layers), reversed(flops)):
-        t += 2 * f / (H100_BF16_DENSE * mfu)
-        grads.append({"name": name, "bytes": 4 * params, "ready_ms": t * 1e3})
-    return profile("resnet50", layers, forward, grads)
+    return backward_profile("resnet50", resnet50_layers(), batch, mfu)
 
 
 def profile(model, layers, forward, grads):
