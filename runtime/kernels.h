@@ -151,6 +151,25 @@ class Kernels {
   // dqkv (B, T, 3C) is overwritten; datt (B, NH, T, T) is scratch. att is forward's.
   virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                                   const float* att, int64_t b, int64_t t, int64_t c, int64_t nh) = 0;
+  // The pieces of attention as batched products (runtime/batched_attention.h: how a GPU
+  // runs attention_forward / attention_backward; the CPU has a fused kernel instead).
+  // For i < batch: C_i (M, N) = alpha op(A_i) op(B_i) + beta C_i, where X_i = X + i * stride_x
+  // (elements) and each matrix is as gemm's.
+  virtual void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
+                                    bool trans_a, bool trans_b, float alpha, float beta, int64_t batch,
+                                    int64_t stride_a, int64_t stride_b, int64_t stride_c) = 0;
+  // heads (P, B, NH, T, HS) = x (B, T, P, NH, HS) with HS = C / NH: P = 3 parts for qkv,
+  // 1 for an output; merge_heads is its inverse. Both overwrite; heads != x.
+  virtual void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
+                           int64_t nh) = 0;
+  virtual void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c,
+                           int64_t nh) = 0;
+  // att (R, T) holds R = B * NH * T rows of scores; row r sees columns [0, r % T] only.
+  // In place: softmax over those (max-subtracted), exact zeros past them, as attention_forward.
+  virtual void causal_softmax_forward(float* att, int64_t rows, int64_t t) = 0;
+  // In place in datt (R, T): dpre = att * (datt - sum_j datt * att) over each row's
+  // causal prefix, zeros past it, as attention_backward.
+  virtual void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t) = 0;
   // GELU, tanh approximation (GPT-2's; torch.nn.GELU(approximate="tanh")).
   virtual void gelu_tanh_forward(float* y, const float* x, int64_t n) = 0;
   virtual void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) = 0;

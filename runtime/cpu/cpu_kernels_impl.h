@@ -124,6 +124,15 @@ class CpuKernels final : public Kernels {
                          int64_t nh) override;
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                           int64_t b, int64_t t, int64_t c, int64_t nh) override;
+  void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
+                            bool trans_b, float alpha, float beta, int64_t batch, int64_t stride_a, int64_t stride_b,
+                            int64_t stride_c) override;
+  void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
+                   int64_t nh) override;
+  void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c,
+                   int64_t nh) override;
+  void causal_softmax_forward(float* att, int64_t rows, int64_t t) override;
+  void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t) override;
   void gelu_tanh_forward(float* y, const float* x, int64_t n) override;
   void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) override;
   void sum_squares_acc(double* out, const float* x, int64_t n) override;

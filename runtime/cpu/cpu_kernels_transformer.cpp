@@ -226,6 +226,61 @@ void CpuKernels::attention_backward(float* dqkv, float* datt, const float* dout,
     }
 }
 
+// --- attention's batched pieces (runtime/batched_attention.h) ----------------------------
+// The GPU's decomposition of the two kernels above, on the CPU: the same row functions, so
+// the composition gives attention_forward's values (tests/unit/test_batched_attention.cpp).
+
+void CpuKernels::gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
+                                      bool trans_a, bool trans_b, float alpha, float beta, int64_t batch,
+                                      int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  for (int64_t i = 0; i < batch; ++i)
+    gemm(C + i * stride_c, A + i * stride_a, B + i * stride_b, M, N, K, trans_a, trans_b, alpha, beta);
+}
+
+namespace {
+// heads (P, B, NH, T, HS) <-> x (B, T, P, NH, HS), one HS-float run at a time.
+template <bool kToHeads>
+void permute_heads(float* __restrict heads, float* __restrict x, int64_t parts, int64_t b, int64_t t, int64_t c,
+                   int64_t nh) {
+  const int64_t hs = c / nh;
+  const size_t run = static_cast<size_t>(hs) * sizeof(float);
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t h = 0; h < nh; ++h)
+        for (int64_t ti = 0; ti < t; ++ti) {
+          float* hrow = heads + (((p * b + bi) * nh + h) * t + ti) * hs;
+          float* xrow = x + ((bi * t + ti) * parts + p) * c + h * hs;
+          if constexpr (kToHeads)
+            std::memcpy(hrow, xrow, run);
+          else
+            std::memcpy(xrow, hrow, run);
+        }
+}
+}  // namespace
+
+void CpuKernels::split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
+                             int64_t nh) {
+  check_heads(c, nh);
+  permute_heads<true>(heads, const_cast<float*>(x), parts, b, t, c, nh);
+}
+
+void CpuKernels::merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c,
+                             int64_t nh) {
+  check_heads(c, nh);
+  permute_heads<false>(const_cast<float*>(heads), x, parts, b, t, c, nh);
+}
+
+void CpuKernels::causal_softmax_forward(float* att, int64_t rows, int64_t t) {
+  if (t <= 0) return;
+  std::vector<float> row_buf(static_cast<size_t>((t + 7) / 8 * 8));
+  for (int64_t r = 0; r < rows; ++r) causal_softmax_row(att + r * t, r % t + 1, t, row_buf.data());
+}
+
+void CpuKernels::causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t) {
+  if (t <= 0) return;
+  for (int64_t r = 0; r < rows; ++r) softmax_backward_row(datt + r * t, att + r * t, r % t + 1, t);
+}
+
 // --- GELU, tanh approximation ----------------------------------------------------------
 // 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + e^{-2u}): one exp, no cancellation near 0,
 // and d/du of it is 2 s (1 - s).

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/batched_attention.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/launch.h"
@@ -16,15 +17,17 @@
 namespace tandem::cuda {
 
 namespace launch {
-// transformer.cu: embedding, causal attention, GELU-tanh, clipping by global norm.
+// transformer.cu: embedding, attention's head permutes and causal softmax, GELU-tanh, clipping by global norm.
 void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c,
                        cudaStream_t stream);
 void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
                             int64_t vocab, cudaStream_t stream);
-void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
-                       cudaStream_t stream);
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int64_t b,
-                        int64_t t, int64_t c, int64_t nh, cudaStream_t stream);
+void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,
+                 cudaStream_t stream);
+void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,
+                 cudaStream_t stream);
+void causal_softmax_forward(float* att, int64_t rows, int64_t t, cudaStream_t stream);
+void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t, cudaStream_t stream);
 void gelu_tanh_forward(float* y, const float* x, int64_t n, cudaStream_t stream);
 void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, cudaStream_t stream);
 // out[0] += sum of squares through `scratch` (sum_squares_scratch doubles): partials, then one ordered pass.
@@ -384,26 +387,70 @@ void CudaKernels::embedding_backward_acc(float* dtable, const float* dout, const
 }
 
 namespace {
-void check_attention_shape(const char* what, int64_t b, int64_t t, int64_t c, int64_t nh) {
-  // The grids put T on x, NH on y and B on z (y and z are at most 65535).
-  if (nh <= 0 || c <= 0 || c % nh != 0 || b > 65535 || nh > 65535 || t > INT_MAX)
-    throw std::invalid_argument(std::string(what) + ": unsupported shape B=" + std::to_string(b) + " T=" +
-                                std::to_string(t) + " C=" + std::to_string(c) + " NH=" + std::to_string(nh));
+void check_attention_shape(const char* what, int64_t c, int64_t nh) {
+  if (nh <= 0 || c <= 0 || c % nh != 0)
+    throw std::invalid_argument(std::string(what) + ": C = " + std::to_string(c) + " is not a positive multiple of NH = " +
+                                std::to_string(nh));
 }
 }  // namespace
 
+// Attention as batched GEMMs and two row kernels (runtime/batched_attention.h), scratch
+// from the caching allocator: back in the cache when the call returns, behind the stream.
 void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
                                     int64_t nh) {
-  check_attention_shape("attention_forward", b, t, c, nh);
-  ensure_current(ctx_.device);
-  launch::attention_forward(out, att, qkv, b, t, c, nh, ctx_.stream);
+  check_attention_shape("attention_forward", c, nh);
+  Scratch scratch(ctx_.allocator, batched_attention_scratch(b, t, c, false) * sizeof(float));
+  batched_attention_forward(*this, out, att, qkv, scratch.as<float>(), b, t, c, nh);
 }
 
 void CudaKernels::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                                      int64_t b, int64_t t, int64_t c, int64_t nh) {
-  check_attention_shape("attention_backward", b, t, c, nh);
+  check_attention_shape("attention_backward", c, nh);
+  Scratch scratch(ctx_.allocator, batched_attention_scratch(b, t, c, true) * sizeof(float));
+  batched_attention_backward(*this, dqkv, datt, dout, qkv, att, scratch.as<float>(), b, t, c, nh);
+}
+
+void CudaKernels::gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
+                                       bool trans_a, bool trans_b, float alpha, float beta, int64_t batch,
+                                       int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  if (batch <= 0 || M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < batch; ++i) empty_product(*this, C + i * stride_c, M, N, K, beta);
+    return;
+  }
+  const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K"), count = blas_dim(batch, "batch");
   ensure_current(ctx_.device);
-  launch::attention_backward(dqkv, datt, dout, qkv, att, b, t, c, nh, ctx_.stream);
+  // gemm's operand swap (row-major C^T = op(B)^T op(A)^T), each operand with its stride.
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  TANDEM_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, ldb,
+                                                stride_b, A, lda, stride_a, &beta, C, n, stride_c, count),
+                      ctx_.device);
+}
+
+void CudaKernels::split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
+                              int64_t nh) {
+  check_attention_shape("split_heads", c, nh);
+  ensure_current(ctx_.device);
+  launch::split_heads(heads, x, parts, b, t, c, nh, ctx_.stream);
+}
+
+void CudaKernels::merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c,
+                              int64_t nh) {
+  check_attention_shape("merge_heads", c, nh);
+  ensure_current(ctx_.device);
+  launch::merge_heads(x, heads, parts, b, t, c, nh, ctx_.stream);
+}
+
+void CudaKernels::causal_softmax_forward(float* att, int64_t rows, int64_t t) {
+  ensure_current(ctx_.device);
+  launch::causal_softmax_forward(att, rows, t, ctx_.stream);
+}
+
+void CudaKernels::causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t) {
+  ensure_current(ctx_.device);
+  launch::causal_softmax_backward(datt, att, rows, t, ctx_.stream);
 }
 
 void CudaKernels::gelu_tanh_forward(float* y, const float* x, int64_t n) {

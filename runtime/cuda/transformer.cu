@@ -1,5 +1,5 @@
-// Transformer CUDA kernels: token embedding, causal self-attention over a fused qkv
-// projection (forward and backward), GELU with the tanh approximation, and clipping by
+// Transformer CUDA kernels: token embedding, attention's head permutes and causal
+// softmax (forward and backward; the products are cuBLAS's, runtime/batched_attention.h), GELU with the tanh approximation, and clipping by
 // global gradient norm (sum of squares, then a scale read on the device).
 // Invariant: deterministic. Every output element is written by one thread that adds its
 // terms in a fixed order (embedding rows in increasing n, as the CPU kernel), and every
@@ -17,7 +17,6 @@ namespace {
 
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kGeluCubic = 0.044715f;
-constexpr int kRowThreads = 128;     // one block per attention row
 constexpr int kVocabChunks = 32;     // embedding backward: rows split by id % chunks
 constexpr int64_t kMaxSumBlocks = 1024;
 
@@ -44,16 +43,6 @@ __device__ T block_sum_all(T v, T* smem) {
   return warp_sum(v);
 }
 
-__device__ float block_max_all(float v, float* smem) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  v = lane < warps ? smem[lane] : -INFINITY;
-  return warp_max(v);
-}
-
 // --- embedding -------------------------------------------------------------------------
 
 __global__ void embedding_forward_kernel(float* __restrict__ out, const float* __restrict__ table,
@@ -74,108 +63,61 @@ __global__ void embedding_backward_kernel(float* __restrict__ dtable, const floa
   }
 }
 
-// --- attention -------------------------------------------------------------------------
-// Block (row i, head h, batch bi) writes att row i of head h: scores for j <= i, a
-// max-subtracted softmax, zeros past i. q's row sits in shared memory.
+// --- attention's batched pieces (runtime/batched_attention.h) ------------------------------
+// The products are cuBLAS's (cuda_kernels.cpp); these move heads and run the softmax.
 
-__global__ void attention_softmax_kernel(float* __restrict__ att, const float* __restrict__ qkv, int64_t t,
-                                         int64_t c, int64_t nh, float scale) {
-  extern __shared__ float q_row[];
-  __shared__ float red[32];
-  const int64_t i = blockIdx.x, h = blockIdx.y, bi = blockIdx.z, hs = c / nh;
-  const float* q = qkv + (bi * t + i) * 3 * c + h * hs;
-  const float* kbase = qkv + bi * t * 3 * c + c + h * hs;
-  float* row = att + ((bi * nh + h) * t + i) * t;
-  for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) q_row[d] = q[d];
-  __syncthreads();
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    const float* kj = kbase + j * 3 * c;
-    float s = 0.f;
-    for (int64_t d = 0; d < hs; ++d) s += q_row[d] * kj[d];
-    s *= scale;
-    row[j] = s;
-    mx = fmaxf(mx, s);
+// heads (P, B, NH, T, HS) <-> x (B, T, P, NH, HS); consecutive threads take consecutive d
+// on both sides, so both the reads and the writes coalesce in runs of HS.
+template <bool kToHeads>
+__global__ void permute_heads_kernel(float* __restrict__ heads, float* __restrict__ x, int64_t parts, int64_t b,
+                                     int64_t t, int64_t c, int64_t nh) {
+  const int64_t hs = c / nh;
+  TANDEM_GRID_STRIDE_LOOP(idx, parts * b * t * c) {
+    const int64_t d = idx % hs, ti = (idx / hs) % t, h = (idx / (hs * t)) % nh, bi = (idx / (c * t)) % b,
+                  p = idx / (b * t * c);
+    const int64_t xi = ((bi * t + ti) * parts + p) * c + h * hs + d;
+    if (kToHeads)
+      heads[idx] = x[xi];
+    else
+      x[xi] = heads[idx];
   }
-  mx = block_max_all(mx, red);
+}
+
+// One warp per row r of att (rows, T); the row sees columns [0, r % T]. Max, then the
+// exps and their sum (each lane in increasing j, then a fixed shuffle tree), then the
+// normalised row with exact zeros past the diagonal: coalesced, every pass.
+__global__ void causal_softmax_forward_kernel(float* __restrict__ att, int64_t rows, int64_t t) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  float* row = att + r * t;
+  const int64_t len = r % t + 1;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < len; j += 32) mx = fmaxf(mx, row[j]);
+  mx = warp_max(mx);
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
+  for (int64_t j = lane; j < len; j += 32) {
     const float e = expf(row[j] - mx);
     row[j] = e;
     sum += e;
   }
-  const float inv = 1.f / block_sum_all(sum, red);
-  for (int64_t j = threadIdx.x; j < t; j += blockDim.x) row[j] = j <= i ? row[j] * inv : 0.f;
+  const float inv = 1.f / warp_sum(sum);
+  for (int64_t j = lane; j < t; j += 32) row[j] = j < len ? row[j] * inv : 0.f;
 }
 
-// out[bi, ti, h*hs + d] = sum_{j <= ti} att[bi, h, ti, j] v[bi, j, h, d]
-__global__ void attention_value_kernel(float* __restrict__ out, const float* __restrict__ att,
-                                       const float* __restrict__ qkv, int64_t b, int64_t t, int64_t c, int64_t nh) {
-  const int64_t hs = c / nh;
-  TANDEM_GRID_STRIDE_LOOP(idx, b * t * c) {
-    const int64_t col = idx % c, ti = (idx / c) % t, bi = idx / (c * t);
-    const int64_t h = col / hs;
-    const float* arow = att + ((bi * nh + h) * t + ti) * t;
-    const float* v = qkv + bi * t * 3 * c + 2 * c + col;
-    float s = 0.f;
-    for (int64_t j = 0; j <= ti; ++j) s += arow[j] * v[j * 3 * c];
-    out[idx] = s;
-  }
-}
-
-// Block (row i, head h, batch bi): datt row = dout_i v^T over j <= i, then in place
-// dpre = att * (datt - sum_j datt * att); zeros past i.
-__global__ void attention_dpre_kernel(float* __restrict__ datt, const float* __restrict__ att,
-                                      const float* __restrict__ dout, const float* __restrict__ qkv, int64_t t,
-                                      int64_t c, int64_t nh) {
-  extern __shared__ float do_row[];
-  __shared__ float red[32];
-  const int64_t i = blockIdx.x, h = blockIdx.y, bi = blockIdx.z, hs = c / nh;
-  const float* dout_i = dout + (bi * t + i) * c + h * hs;
-  const float* vbase = qkv + bi * t * 3 * c + 2 * c + h * hs;
-  const int64_t row_off = ((bi * nh + h) * t + i) * t;
-  float* drow = datt + row_off;
-  const float* arow = att + row_off;
-  for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) do_row[d] = dout_i[d];
-  __syncthreads();
+// One warp per row: dot = sum datt * att over the prefix, then datt = att * (datt - dot).
+__global__ void causal_softmax_backward_kernel(float* __restrict__ datt, const float* __restrict__ att,
+                                               int64_t rows, int64_t t) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  float* drow = datt + r * t;
+  const float* arow = att + r * t;
+  const int64_t len = r % t + 1;
   float dot = 0.f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    const float* vj = vbase + j * 3 * c;
-    float s = 0.f;
-    for (int64_t d = 0; d < hs; ++d) s += do_row[d] * vj[d];
-    drow[j] = s;
-    dot += s * arow[j];
-  }
-  dot = block_sum_all(dot, red);
-  for (int64_t j = threadIdx.x; j < t; j += blockDim.x) drow[j] = j <= i ? arow[j] * (drow[j] - dot) : 0.f;
-}
-
-// dqkv (B, T, 3C), every element once: dq = scale dpre k, dk = scale dpre^T q,
-// dv = att^T dout, each a sum over the causal range in increasing order.
-__global__ void attention_dqkv_kernel(float* __restrict__ dqkv, const float* __restrict__ dpre,
-                                      const float* __restrict__ att, const float* __restrict__ dout,
-                                      const float* __restrict__ qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
-                                      float scale) {
-  const int64_t hs = c / nh, c3 = 3 * c;
-  TANDEM_GRID_STRIDE_LOOP(idx, b * t * c3) {
-    const int64_t col3 = idx % c3, ti = (idx / c3) % t, bi = idx / (c3 * t);
-    const int64_t part = col3 / c, col = col3 % c, h = col / hs;
-    const int64_t head = (bi * nh + h) * t * t;
-    const float* base = qkv + bi * t * c3;
-    float s = 0.f;
-    if (part == 0) {  // dq[ti] = sum_{j <= ti} dpre[ti, j] k[j]
-      const float* prow = dpre + head + ti * t;
-      for (int64_t j = 0; j <= ti; ++j) s += prow[j] * base[j * c3 + c + col];
-      s *= scale;
-    } else if (part == 1) {  // dk[ti] = sum_{i >= ti} dpre[i, ti] q[i]
-      for (int64_t i = ti; i < t; ++i) s += dpre[head + i * t + ti] * base[i * c3 + col];
-      s *= scale;
-    } else {  // dv[ti] = sum_{i >= ti} att[i, ti] dout[i]
-      const float* dbase = dout + bi * t * c;
-      for (int64_t i = ti; i < t; ++i) s += att[head + i * t + ti] * dbase[i * c + col];
-    }
-    dqkv[idx] = s;
-  }
+  for (int64_t j = lane; j < len; j += 32) dot += drow[j] * arow[j];
+  dot = warp_sum(dot);
+  for (int64_t j = lane; j < t; j += 32) drow[j] = j < len ? arow[j] * (drow[j] - dot) : 0.f;
 }
 
 // --- GELU, tanh approximation ----------------------------------------------------------
@@ -258,29 +200,37 @@ void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids
   TANDEM_CUDA_CHECK_LAUNCH(embedding_backward_kernel);
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
-                       cudaStream_t stream) {
-  if (b <= 0 || t <= 0 || c <= 0) return;
-  const int64_t hs = c / nh;
-  const float scale = 1.f / sqrtf(static_cast<float>(hs));
-  const dim3 rows(static_cast<unsigned>(t), static_cast<unsigned>(nh), static_cast<unsigned>(b));
-  attention_softmax_kernel<<<rows, kRowThreads, hs * sizeof(float), stream>>>(att, qkv, t, c, nh, scale);
-  TANDEM_CUDA_CHECK_LAUNCH(attention_softmax_kernel);
-  attention_value_kernel<<<blocks_for(b * t * c), kThreads, 0, stream>>>(out, att, qkv, b, t, c, nh);
-  TANDEM_CUDA_CHECK_LAUNCH(attention_value_kernel);
+void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,
+                 cudaStream_t stream) {
+  const int64_t n = parts * b * t * c;
+  if (n <= 0) return;
+  permute_heads_kernel<true><<<blocks_for(n), kThreads, 0, stream>>>(heads, const_cast<float*>(x), parts, b, t, c, nh);
+  TANDEM_CUDA_CHECK_LAUNCH(permute_heads_kernel);
 }
 
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int64_t b,
-                        int64_t t, int64_t c, int64_t nh, cudaStream_t stream) {
-  if (b <= 0 || t <= 0 || c <= 0) return;
-  const int64_t hs = c / nh;
-  const float scale = 1.f / sqrtf(static_cast<float>(hs));
-  const dim3 rows(static_cast<unsigned>(t), static_cast<unsigned>(nh), static_cast<unsigned>(b));
-  attention_dpre_kernel<<<rows, kRowThreads, hs * sizeof(float), stream>>>(datt, att, dout, qkv, t, c, nh);
-  TANDEM_CUDA_CHECK_LAUNCH(attention_dpre_kernel);
-  attention_dqkv_kernel<<<blocks_for(b * t * 3 * c), kThreads, 0, stream>>>(dqkv, datt, att, dout, qkv, b, t, c,
-                                                                             nh, scale);
-  TANDEM_CUDA_CHECK_LAUNCH(attention_dqkv_kernel);
+void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,
+                 cudaStream_t stream) {
+  const int64_t n = parts * b * t * c;
+  if (n <= 0) return;
+  permute_heads_kernel<false><<<blocks_for(n), kThreads, 0, stream>>>(const_cast<float*>(heads), x, parts, b, t, c,
+                                                                       nh);
+  TANDEM_CUDA_CHECK_LAUNCH(permute_heads_kernel);
+}
+
+void causal_softmax_forward(float* att, int64_t rows, int64_t t, cudaStream_t stream) {
+  if (rows <= 0 || t <= 0) return;
+  constexpr int kRowsPerBlock = kThreads / 32;
+  causal_softmax_forward_kernel<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0,
+                                  stream>>>(att, rows, t);
+  TANDEM_CUDA_CHECK_LAUNCH(causal_softmax_forward_kernel);
+}
+
+void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t, cudaStream_t stream) {
+  if (rows <= 0 || t <= 0) return;
+  constexpr int kRowsPerBlock = kThreads / 32;
+  causal_softmax_backward_kernel<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0,
+                                   stream>>>(datt, att, rows, t);
+  TANDEM_CUDA_CHECK_LAUNCH(causal_softmax_backward_kernel);
 }
 
 void gelu_tanh_forward(float* y, const float* x, int64_t n, cudaStream_t stream) {
