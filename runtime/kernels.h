@@ -192,6 +192,34 @@ class Kernels {
                             float beta1, float beta2, float eps, float weight_decay,
                             int64_t step) = 0;
 
+  // --- many tensors per call (the optimizer's path) --------------------------------
+  // One call over a list of tensors does what the single-tensor method does to each, in
+  // list order, with the same result per element. The defaults here loop over the
+  // single-tensor methods (the CPU's path: same bits); CUDA launches once per
+  // kMultiTensorChunk tensors instead of once (or twice) per tensor.
+  static constexpr int64_t kMultiTensorChunk = 128;
+  struct Span {
+    float* data;
+    int64_t n;
+  };
+  // An optimizer's view of one tensor: slot0 is SGD's momentum buffer (null without
+  // momentum) or AdamW's m, slot1 AdamW's v; weight_decay the decay that applies to it.
+  struct UpdateSpan {
+    float* param;
+    float* slot0;
+    float* slot1;
+    const float* grad;
+    int64_t n;
+    float weight_decay;
+  };
+  // out[0] += sum of squares of every span (in double; the split hardly matters, as above).
+  virtual void sum_squares_acc_multi(double* out, const Span* xs, int64_t count);
+  virtual void clip_scale_multi(const Span* xs, int64_t count, const double* sum_sq, int64_t parts, float max_norm);
+  virtual void sgd_update_multi(const UpdateSpan* ts, int64_t count, float lr, float momentum, bool nesterov,
+                                bool first_step);
+  virtual void adamw_update_multi(const UpdateSpan* ts, int64_t count, float lr, float beta1, float beta2, float eps,
+                                  int64_t step);
+
   // --- dtype conversion (communication compression) --------------------------------
   // Round to nearest even.
   virtual void f32_to_f16(uint16_t* dst, const float* src, int64_t n) = 0;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -128,7 +129,55 @@ int64_t Model::num_parameters() const {
 }
 
 void Model::zero_grad() {
-  for (Parameter* p : params_) kernels_for(p->grad.device()).fill(p->grad.f32(), p->grad.numel(), 0.f);
+  // Runs of adjacent (or shared) gradient storage per device, in address order.
+  struct Run {
+    Device device;
+    float* begin;
+    float* end;
+  };
+  std::vector<Run> runs;
+  for (const Parameter* p : params_)
+    if (p->grad.defined() && p->grad.numel() > 0)
+      runs.push_back({p->grad.device(), p->grad.f32(), p->grad.f32() + p->grad.numel()});
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+    if (!(a.device == b.device)) return a.device.str() < b.device.str();
+    return std::less<const float*>()(a.begin, b.begin);
+  });
+  for (size_t i = 0; i < runs.size();) {
+    Run run = runs[i];
+    for (++i; i < runs.size() && runs[i].device == run.device && !std::less<const float*>()(run.end, runs[i].begin); ++i)
+      if (std::less<const float*>()(run.end, runs[i].end)) run.end = runs[i].end;
+    kernels_for(run.device).fill(run.begin, run.end - run.begin, 0.f);
+  }
+}
+
+void Model::flatten_gradients() {
+  int64_t total = 0;
+  std::vector<int64_t> offsets;
+  for (const Parameter* p : params_) {
+    if (!(p->grad.device() == device_))
+      throw std::logic_error("flatten_gradients: " + p->name + "'s gradient is on " + p->grad.device().str() +
+                             ", the model on " + device_.str());
+    offsets.push_back(total);
+    total += p->grad.numel();
+  }
+  Tensor flat = Tensor::zeros({total}, DType::f32, device_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    Tensor view = flat.view(offsets[i], p.grad.shape());
+    view.copy_from(p.grad);
+    p.grad = view;
+  }
+  flat_grad_ = flat;
+  flat_offsets_ = std::move(offsets);
+}
+
+bool Model::flat_gradients_current() const {
+  if (!flat_grad_.defined() || flat_offsets_.size() != params_.size()) return false;
+  const auto* base = static_cast<const float*>(flat_grad_.raw());
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (static_cast<const float*>(params_[i]->grad.raw()) != base + flat_offsets_[i]) return false;
+  return true;
 }
 
 void Model::set_training(bool training) {

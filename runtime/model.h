@@ -72,7 +72,17 @@ class Model {
   void set_forward_pre_hook(ForwardPreHook hook) { pre_hook_ = std::move(hook); }
   // Spans "forward <layer>" / "backward <layer>" go to this tracer (null: none).
   void set_tracer(Tracer* tracer) { tracer_ = tracer && tracer->enabled() ? tracer : nullptr; }
+  // Zeroes every gradient with as few fills as the storage allows: gradients that sit
+  // back to back in memory (flatten_gradients' buffer, a DDP bucket) go in one fill.
   void zero_grad();
+  // Moves every gradient into one flat tensor on the model's device (values kept), each
+  // parameter's grad a view of it in parameter order, so zero_grad is one fill and
+  // DataParallel reduces replicas buffer by buffer. Call after to(); a later to() or a
+  // strategy that re-points grads (DDP's buckets) leaves flat_gradients() stale, which
+  // flat_gradients_current() tells.
+  void flatten_gradients();
+  const Tensor& flat_gradients() const { return flat_grad_; }
+  bool flat_gradients_current() const;
   void set_training(bool training);
   // Every layer's matrix-product precision (runtime/precision.h), layers added later too.
   void set_precision(Precision precision);
@@ -100,6 +110,8 @@ class Model {
   GradReadyHook hook_;
   ForwardPreHook pre_hook_;
   Tracer* tracer_ = nullptr;
+  Tensor flat_grad_;                   // flatten_gradients(): every grad's storage
+  std::vector<int64_t> flat_offsets_;  // params_[i]'s grad at flat_grad_ + flat_offsets_[i]
   Device device_ = Device::cpu();
   Precision precision_ = Precision::fp32;
 };

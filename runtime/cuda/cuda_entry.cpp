@@ -37,10 +37,31 @@ void free(void* ptr, size_t, int device) {
 
 namespace {
 
+// Once per (dst_dev, src_dev): lets dst_dev read src_dev's memory directly when the
+// hardware allows it. Either way the copy below is correct; this makes it direct.
+void enable_peer_access(int dst_dev, int src_dev) {
+  DeviceContext& d = context(dst_dev);
+  std::lock_guard<std::mutex> lock(d.peer_mutex);
+  for (int p : d.peers_checked)
+    if (p == src_dev) return;
+  d.peers_checked.push_back(src_dev);
+  int can = 0;
+  ensure_current(dst_dev);
+  TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, dst_dev, src_dev), dst_dev);
+  if (!can) return;
+  const cudaError_t err = cudaDeviceEnablePeerAccess(src_dev, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();  // consumed: a later launch check must not see it
+    return;
+  }
+  TANDEM_CUDA_CHECK(err, dst_dev);
+}
+
 // dst on dst_dev's stream receives src from src_dev: each stream waits for the other's
 // work up to the copy, so neither side can reuse the memory too early (the caching
 // allocator's stream-ordered reuse relies on it).
 void peer_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  enable_peer_access(dst_dev, src_dev);
   DeviceContext& d = context(dst_dev);
   DeviceContext& s = context(src_dev);
   cudaEvent_t src_ready = nullptr, copied = nullptr;

@@ -30,6 +30,10 @@ void causal_softmax_forward(float* att, int64_t rows, int64_t t, cudaStream_t st
 void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t, cudaStream_t stream);
 void gelu_tanh_forward(float* y, const float* x, int64_t n, cudaStream_t stream);
 void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, cudaStream_t stream);
+// Multi-tensor forms over launch.h's SpanTable (sum_squares_multi_scratch doubles of scratch).
+size_t sum_squares_multi_scratch(const SpanTable& t);
+void sum_squares_acc_multi(double* out, const SpanTable& t, double* scratch, cudaStream_t stream);
+void clip_scale_multi(const SpanTable& t, const double* sum_sq, int64_t parts, float max_norm, cudaStream_t stream);
 // out[0] += sum of squares through `scratch` (sum_squares_scratch doubles): partials, then one ordered pass.
 size_t sum_squares_scratch(int64_t n);
 void sum_squares_acc(double* out, const float* x, int64_t n, double* scratch, cudaStream_t stream);
@@ -484,11 +488,11 @@ void CudaKernels::sgd_update(float* param, float* momentum_buf, const float* gra
   launch::sgd_update(param, momentum_buf, grad, n, lr, momentum, weight_decay, nesterov, first_step, ctx_.stream);
 }
 
-void CudaKernels::adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
-                               float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+namespace {
+// The CPU kernel's host arithmetic, expression for expression (torch.optim.AdamW's
+// single-tensor path: bias corrections in double, rounded to float where they meet tensors).
+launch::AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
   if (step < 1) throw std::invalid_argument("adamw_update: step counts from 1, got " + std::to_string(step));
-  // The CPU kernel's host arithmetic, expression for expression (torch.optim.AdamW's
-  // single-tensor path: bias corrections in double, rounded to float where they meet tensors).
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
   launch::AdamWScalars s;
@@ -500,8 +504,87 @@ void CudaKernels::adamw_update(float* param, float* m, float* v, const float* gr
   s.one_minus_beta1 = 1.f - beta1;
   s.one_minus_beta2 = 1.f - beta2;
   s.eps = eps;
+  return s;
+}
+
+// Fills `t` with entries [first, first + count) of `xs` (count <= kMultiTensorChunk).
+void fill_table(launch::SpanTable& t, const Kernels::Span* xs, int64_t count) {
+  t.count = static_cast<int>(count);
+  for (int64_t i = 0; i < count; ++i) t.x[i] = xs[i].data, t.n[i] = xs[i].n;
+}
+
+void fill_table(launch::UpdateTable& t, const Kernels::UpdateSpan* ts, int64_t count) {
+  t.count = static_cast<int>(count);
+  for (int64_t i = 0; i < count; ++i) {
+    t.param[i] = ts[i].param;
+    t.slot0[i] = ts[i].slot0;
+    t.slot1[i] = ts[i].slot1;
+    t.grad[i] = ts[i].grad;
+    t.n[i] = ts[i].n;
+    t.decay[i] = ts[i].weight_decay;
+  }
+}
+
+static_assert(Kernels::kMultiTensorChunk == launch::kMultiTensorChunk);
+
+// Calls f(first, count) for each chunk of at most kMultiTensorChunk entries.
+template <typename F>
+void for_chunks(int64_t count, F&& f) {
+  for (int64_t first = 0; first < count; first += launch::kMultiTensorChunk)
+    f(first, count - first < launch::kMultiTensorChunk ? count - first : launch::kMultiTensorChunk);
+}
+}  // namespace
+
+void CudaKernels::adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+                               float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+  const launch::AdamWScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step);
   ensure_current(ctx_.device);
   launch::adamw_update(param, m, v, grad, n, s, ctx_.stream);
+}
+
+void CudaKernels::adamw_update_multi(const UpdateSpan* ts, int64_t count, float lr, float beta1, float beta2,
+                                     float eps, int64_t step) {
+  const launch::AdamWScalars s = adamw_scalars(lr, beta1, beta2, eps, 0.f, step);
+  ensure_current(ctx_.device);
+  for_chunks(count, [&](int64_t first, int64_t n) {
+    launch::UpdateTable t;
+    fill_table(t, ts + first, n);
+    for (int64_t i = 0; i < n; ++i) t.decay[i] = std::fma(-lr, ts[first + i].weight_decay, 1.f);
+    launch::adamw_update_multi(t, s, ctx_.stream);
+  });
+}
+
+void CudaKernels::sgd_update_multi(const UpdateSpan* ts, int64_t count, float lr, float momentum, bool nesterov,
+                                   bool first_step) {
+  if (momentum != 0.f)
+    for (int64_t i = 0; i < count; ++i)
+      if (ts[i].slot0 == nullptr) throw std::invalid_argument("sgd_update: momentum != 0 needs a buffer");
+  ensure_current(ctx_.device);
+  for_chunks(count, [&](int64_t first, int64_t n) {
+    launch::UpdateTable t;
+    fill_table(t, ts + first, n);
+    launch::sgd_update_multi(t, lr, momentum, nesterov, first_step, ctx_.stream);
+  });
+}
+
+void CudaKernels::sum_squares_acc_multi(double* out, const Span* xs, int64_t count) {
+  ensure_current(ctx_.device);
+  for_chunks(count, [&](int64_t first, int64_t n) {
+    launch::SpanTable t;
+    fill_table(t, xs + first, n);
+    Scratch partial(ctx_.allocator, launch::sum_squares_multi_scratch(t) * sizeof(double));
+    launch::sum_squares_acc_multi(out, t, partial.as<double>(), ctx_.stream);
+  });
+}
+
+void CudaKernels::clip_scale_multi(const Span* xs, int64_t count, const double* sum_sq, int64_t parts,
+                                   float max_norm) {
+  ensure_current(ctx_.device);
+  for_chunks(count, [&](int64_t first, int64_t n) {
+    launch::SpanTable t;
+    fill_table(t, xs + first, n);
+    launch::clip_scale_multi(t, sum_sq, parts, max_norm, ctx_.stream);
+  });
 }
 
 // --- dtype conversion ----------------------------------------------------------------

@@ -108,6 +108,14 @@ class CudaKernels final : public Kernels {
   void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, int64_t step) override;
 
+  // One launch per kMultiTensorChunk tensors (optim.cu, transformer.cu), two for the sum of squares.
+  void sum_squares_acc_multi(double* out, const Span* xs, int64_t count) override;
+  void clip_scale_multi(const Span* xs, int64_t count, const double* sum_sq, int64_t parts, float max_norm) override;
+  void sgd_update_multi(const UpdateSpan* ts, int64_t count, float lr, float momentum, bool nesterov,
+                        bool first_step) override;
+  void adamw_update_multi(const UpdateSpan* ts, int64_t count, float lr, float beta1, float beta2, float eps,
+                          int64_t step) override;
+
   void f32_to_f16(uint16_t* dst, const float* src, int64_t n) override;
   void f16_to_f32(float* dst, const uint16_t* src, int64_t n) override;
   void f32_to_bf16(uint16_t* dst, const float* src, int64_t n) override;

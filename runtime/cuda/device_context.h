@@ -52,6 +52,12 @@ struct DeviceContext {
   void give_back_pending_slot(PendingSlot slot);  // its copy must have landed
   std::vector<PendingSlot> pending_slots;         // free ones
   std::unique_ptr<Kernels> kernels;
+
+  // Peers this device has been given direct access to (cudaDeviceEnablePeerAccess, once
+  // per peer, on its first copy from it): DataParallel's copies then go device to device
+  // over NVLink or PCIe instead of through the host.
+  std::mutex peer_mutex;
+  std::vector<int> peers_checked;
 };
 
 // The context of `device`, created on first use. Throws std::invalid_argument naming the

@@ -11,7 +11,7 @@
 //                    maxpool forward / backward
 //   norm_loss.cu     layernorm forward / backward, softmax cross-entropy forward / backward
 //                    MSE and BCE-with-logits forward / backward
-//   optim.cu         sgd_update, adamw_update
+//   optim.cu         sgd_update, adamw_update, and their multi-tensor forms
 //
 // Invariant: each kernel computes, element for element, the same formula as the CPU
 // kernel of the same name (runtime/cpu/), in the same order where the CPU order is
@@ -117,5 +117,29 @@ struct AdamWScalars {
 };
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWScalars& s,
                   cudaStream_t stream);
+
+// --- multi-tensor (optim.cu, transformer.cu) --------------------------------------------
+// Up to kMultiTensorChunk tensors per launch, their pointers in the kernel's arguments
+// (CUDA 12.1+ takes up to 32 KiB of them; the update table is 5.6 KiB); grid.y picks the
+// tensor. Entries [0, count) are used; the callers split longer lists.
+constexpr int kMultiTensorChunk = 128;
+struct UpdateTable {
+  float* param[kMultiTensorChunk];
+  float* slot0[kMultiTensorChunk];  // SGD's momentum buffer (null without momentum); AdamW's m
+  float* slot1[kMultiTensorChunk];  // AdamW's v
+  const float* grad[kMultiTensorChunk];
+  int64_t n[kMultiTensorChunk];
+  float decay[kMultiTensorChunk];   // SGD: its L2 weight decay; AdamW: 1 - lr * weight_decay (fused)
+  int count;
+};
+struct SpanTable {
+  float* x[kMultiTensorChunk];
+  int64_t n[kMultiTensorChunk];
+  int count;
+};
+void sgd_update_multi(const UpdateTable& t, float lr, float momentum, bool nesterov, bool first_step,
+                      cudaStream_t stream);
+// s.decay is unused: each tensor's is in the table.
+void adamw_update_multi(const UpdateTable& t, const AdamWScalars& s, cudaStream_t stream);
 
 }  // namespace tandem::cuda::launch

@@ -165,15 +165,49 @@ __global__ void sum_squares_finish_kernel(double* __restrict__ out, const double
   if (threadIdx.x == 0) out[0] += s;
 }
 
-__global__ void clip_scale_kernel(float* __restrict__ x, int64_t n, const double* __restrict__ sum_sq,
-                                  int64_t parts, float max_norm) {
-  // The parts added in order, then IEEE sqrtf and division (no fast math): the CPU
-  // kernel's coefficient, bit for bit.
+// The parts added in order, then IEEE sqrtf and division (no fast math): the CPU kernel's
+// coefficient, bit for bit.
+__device__ __forceinline__ float clip_coefficient(const double* __restrict__ sum_sq, int64_t parts, float max_norm) {
   double total = 0.0;
   for (int64_t i = 0; i < parts; ++i) total = __dadd_rn(total, sum_sq[i]);
-  const float coef = __fdiv_rn(max_norm, __fadd_rn(__fsqrt_rn(__double2float_rn(total)), 1e-6f));
+  return __fdiv_rn(max_norm, __fadd_rn(__fsqrt_rn(__double2float_rn(total)), 1e-6f));
+}
+
+__global__ void clip_scale_kernel(float* __restrict__ x, int64_t n, const double* __restrict__ sum_sq,
+                                  int64_t parts, float max_norm) {
+  const float coef = clip_coefficient(sum_sq, parts, max_norm);
   if (!(coef < 1.f)) return;
   TANDEM_GRID_STRIDE_LOOP(i, n) x[i] *= coef;
+}
+
+// Multi-tensor forms: grid.y picks the table's tensor. The partials sit tensor-major
+// (tensor k's block b at k * gridDim.x + b), and the finish kernel adds them in that order.
+__global__ void sum_squares_multi_partials_kernel(double* __restrict__ partial, SpanTable t) {
+  __shared__ double red[32];
+  const int k = blockIdx.y;
+  const float* x = t.x[k];
+  double s = 0.0;
+  TANDEM_GRID_STRIDE_LOOP(i, t.n[k]) {
+    const double v = static_cast<double>(x[i]);
+    s += v * v;
+  }
+  s = block_sum_all(s, red);
+  if (threadIdx.x == 0) partial[static_cast<int64_t>(k) * gridDim.x + blockIdx.x] = s;
+}
+
+__global__ void clip_scale_multi_kernel(SpanTable t, const double* __restrict__ sum_sq, int64_t parts,
+                                        float max_norm) {
+  const float coef = clip_coefficient(sum_sq, parts, max_norm);
+  if (!(coef < 1.f)) return;
+  const int k = blockIdx.y;
+  float* x = t.x[k];
+  TANDEM_GRID_STRIDE_LOOP(i, t.n[k]) x[i] *= coef;
+}
+
+int64_t most_elements(const SpanTable& t) {
+  int64_t most = 0;
+  for (int k = 0; k < t.count; ++k) most = t.n[k] > most ? t.n[k] : most;
+  return most;
 }
 
 int64_t sum_squares_blocks(int64_t n) {
@@ -254,6 +288,27 @@ void sum_squares_acc(double* out, const float* x, int64_t n, double* scratch, cu
   TANDEM_CUDA_CHECK_LAUNCH(sum_squares_partials_kernel);
   sum_squares_finish_kernel<<<1, kThreads, 0, stream>>>(out, scratch, blocks);
   TANDEM_CUDA_CHECK_LAUNCH(sum_squares_finish_kernel);
+}
+
+size_t sum_squares_multi_scratch(const SpanTable& t) {
+  return static_cast<size_t>(sum_squares_blocks(most_elements(t)) * t.count);
+}
+
+void sum_squares_acc_multi(double* out, const SpanTable& t, double* scratch, cudaStream_t stream) {
+  if (t.count <= 0) return;
+  const int64_t blocks = sum_squares_blocks(most_elements(t));
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(t.count));
+  sum_squares_multi_partials_kernel<<<grid, kThreads, 0, stream>>>(scratch, t);
+  TANDEM_CUDA_CHECK_LAUNCH(sum_squares_multi_partials_kernel);
+  sum_squares_finish_kernel<<<1, kThreads, 0, stream>>>(out, scratch, blocks * t.count);
+  TANDEM_CUDA_CHECK_LAUNCH(sum_squares_finish_kernel);
+}
+
+void clip_scale_multi(const SpanTable& t, const double* sum_sq, int64_t parts, float max_norm, cudaStream_t stream) {
+  if (t.count <= 0) return;
+  const dim3 grid(blocks_for(most_elements(t)), static_cast<unsigned>(t.count));
+  clip_scale_multi_kernel<<<grid, kThreads, 0, stream>>>(t, sum_sq, parts, max_norm);
+  TANDEM_CUDA_CHECK_LAUNCH(clip_scale_multi_kernel);
 }
 
 void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm, cudaStream_t stream) {

@@ -16,7 +16,10 @@ DataParallelStrategy::DataParallelStrategy(std::vector<std::unique_ptr<Model>> r
     : replicas_(std::move(replicas)), devices_(std::move(devices)), pool_(static_cast<int>(replicas_.size())) {
   if (replicas_.empty() || replicas_.size() != devices_.size())
     throw std::invalid_argument("DataParallel needs one device per replica");
-  for (size_t r = 0; r < replicas_.size(); ++r) replicas_[r]->to(devices_[r]);
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    replicas_[r]->to(devices_[r]);
+    replicas_[r]->flatten_gradients();  // one zero fill, one copy and one add per replica
+  }
   optimizer_ = make_optimizer(optim, replicas_[0]->parameters());
   broadcast_parameters();
   set_loss(make_loss);
@@ -54,6 +57,21 @@ void DataParallelStrategy::run_replicas(const std::function<void(int)>& fn) {
 void DataParallelStrategy::reduce_add_gradients() {
   const auto& master = replicas_[0]->parameters();
   Kernels& k = kernels_for(devices_[0]);
+  // Replica by replica, each one's flat gradient buffer at once: a copy to device 0 (its
+  // stream ordered behind the replica's backward, cuda_device.h's copy) and one add. The
+  // same additions in the same order as per parameter.
+  if (replicas_[0]->flat_gradients_current()) {
+    const Tensor& dst = replicas_[0]->flat_gradients();
+    bool all = true;
+    for (size_t r = 1; r < replicas_.size() && all; ++r) all = replicas_[r]->flat_gradients_current();
+    if (all) {
+      for (size_t r = 1; r < replicas_.size(); ++r) {
+        Tensor g = replicas_[r]->flat_gradients().on(devices_[0]);
+        k.axpy(dst.f32(), g.f32(), g.numel(), 1.0f);
+      }
+      return;
+    }
+  }
   for (size_t r = 1; r < replicas_.size(); ++r) {
     const auto& ps = replicas_[r]->parameters();
     for (size_t i = 0; i < ps.size(); ++i) {
@@ -132,12 +150,9 @@ StepOutput DataParallelStrategy::forward_backward(std::span<const Batch> micro_b
           dy[h] = row_slice(douts[h], out_begin[h][r], out_begin[h][r + 1]).on(devices_[r]);
       if (r > 0) replicas_[r]->zero_grad();
       replicas_[r]->backward_outputs(dy);
-      // The lap below waits for device 0 only; each other device's backward ends here, so
-      // it is not counted as the reduce-add's time.
-      if (r > 0) kernels_for(devices_[r]).synchronize();
     });
-    times.backward_ms += sw.lap_ms();
-    // 7: reduce-add onto device 0.
+    times.backward_ms += sw.lap_ms();  // device 0's backward; the others' finish inside the reduce below
+    // 7: reduce-add onto device 0, each copy waiting on its replica's stream (no host wait).
     reduce_add_gradients();
     const double reduce_ms = sw.lap_ms();
     times.comm_ms += reduce_ms;

@@ -19,6 +19,7 @@ SingleStrategy::SingleStrategy(std::unique_ptr<Model> model, const OptimizerConf
                                const LossFactory& make_loss)
     : model_(std::move(model)), device_(device) {
   model_->to(device_);
+  model_->flatten_gradients();  // zero_grad: one fill
   optimizer_ = make_optimizer(optim, model_->parameters());
   set_loss(make_loss);
 }

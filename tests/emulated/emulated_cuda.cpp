@@ -259,6 +259,30 @@ class EmulatedKernels final : public Kernels {
                     float wd, int64_t step) override { launched();
     cpu_.adamw_update(host_ptr(p), host_ptr(m), host_ptr(v), host_ptr(g), n, lr, b1, b2, eps, wd, step);
   }
+  // The multi-tensor calls: the CPU's (a loop over the single-tensor kernels, so the same
+  // bits) on host pointers, counted as CUDA's one launch per kMultiTensorChunk tensors.
+  void sum_squares_acc_multi(double* out, const Span* xs, int64_t count) override {
+    launched(2 * chunks(count));
+    const std::vector<Span> host = on_host(xs, count);
+    cpu_.sum_squares_acc_multi(host_ptr(out), host.data(), count);
+  }
+  void clip_scale_multi(const Span* xs, int64_t count, const double* sum_sq, int64_t parts, float max_norm) override {
+    launched(chunks(count));
+    const std::vector<Span> host = on_host(xs, count);
+    cpu_.clip_scale_multi(host.data(), count, host_ptr(sum_sq), parts, max_norm);
+  }
+  void sgd_update_multi(const UpdateSpan* ts, int64_t count, float lr, float momentum, bool nesterov,
+                        bool first) override {
+    launched(chunks(count));
+    const std::vector<UpdateSpan> host = on_host(ts, count);
+    cpu_.sgd_update_multi(host.data(), count, lr, momentum, nesterov, first);
+  }
+  void adamw_update_multi(const UpdateSpan* ts, int64_t count, float lr, float b1, float b2, float eps,
+                          int64_t step) override {
+    launched(chunks(count));
+    const std::vector<UpdateSpan> host = on_host(ts, count);
+    cpu_.adamw_update_multi(host.data(), count, lr, b1, b2, eps, step);
+  }
   void f32_to_f16(uint16_t* d, const float* s, int64_t n) override { launched(); cpu_.f32_to_f16(host_ptr(d), host_ptr(s), n); }
   void f16_to_f32(float* d, const uint16_t* s, int64_t n) override { launched(); cpu_.f16_to_f32(host_ptr(d), host_ptr(s), n); }
   void f32_to_bf16(uint16_t* d, const float* s, int64_t n) override { launched(); cpu_.f32_to_bf16(host_ptr(d), host_ptr(s), n); }
@@ -272,6 +296,18 @@ class EmulatedKernels final : public Kernels {
 
  private:
   void launched(int64_t n = 1) { launches_.fetch_add(n, std::memory_order_relaxed); }
+  static int64_t chunks(int64_t count) { return (count + kMultiTensorChunk - 1) / kMultiTensorChunk; }
+  static std::vector<Span> on_host(const Span* xs, int64_t count) {
+    std::vector<Span> out(xs, xs + count);
+    for (Span& x : out) x.data = host_ptr(x.data);
+    return out;
+  }
+  static std::vector<UpdateSpan> on_host(const UpdateSpan* ts, int64_t count) {
+    std::vector<UpdateSpan> out(ts, ts + count);
+    for (UpdateSpan& t : out) t.param = host_ptr(t.param), t.slot0 = host_ptr(t.slot0), t.slot1 = host_ptr(t.slot1),
+                              t.grad = host_ptr(t.grad);
+    return out;
+  }
 
   int device_;
   std::atomic<int64_t> launches_{0};
