@@ -55,8 +55,8 @@ void peer_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t byte
   ensure_current(src_dev);
   TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s.stream, copied, 0), src_dev);
   // Destroying a recorded event is legal; its resources go when it completes.
-  cudaEventDestroy(src_ready);
-  cudaEventDestroy(copied);
+  TANDEM_CUDA_IGNORE(cudaEventDestroy(src_ready));
+  TANDEM_CUDA_IGNORE(cudaEventDestroy(copied));
 }
 
 }  // namespace

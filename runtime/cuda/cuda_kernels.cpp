@@ -491,7 +491,7 @@ struct EventMark final : Kernels::TimeMark {
   int device = 0;
   cudaEvent_t event = nullptr;
   ~EventMark() override {
-    if (event) cudaEventDestroy(event);
+    if (event) TANDEM_CUDA_IGNORE(cudaEventDestroy(event));
   }
 };
 }  // namespace
@@ -513,7 +513,7 @@ struct PendingSum final : Kernels::PendingValue {
   DeviceContext::PendingSlot slot;
   ~PendingSum() override {
     if (!slot.host) return;
-    cudaEventSynchronize(slot.done);  // the slot is reused only once its copy has landed
+    TANDEM_CUDA_IGNORE(cudaEventSynchronize(slot.done));  // the slot is reused only once its copy has landed
     ctx->give_back_pending_slot(slot);
   }
   double get() override {

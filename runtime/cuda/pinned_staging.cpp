@@ -12,10 +12,10 @@ namespace tandem::cuda {
 PinnedStaging::~PinnedStaging() {
   for (Slot& s : slots_) {
     if (s.done) {
-      cudaEventSynchronize(s.done);
-      cudaEventDestroy(s.done);
+      TANDEM_CUDA_IGNORE(cudaEventSynchronize(s.done));
+      TANDEM_CUDA_IGNORE(cudaEventDestroy(s.done));
     }
-    if (s.host) cudaFreeHost(s.host);
+    if (s.host) TANDEM_CUDA_IGNORE(cudaFreeHost(s.host));
   }
 }
 
