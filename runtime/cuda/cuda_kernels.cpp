@@ -126,6 +126,13 @@ void CudaKernels::gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int6
                       ctx_.device);
 }
 
+bool CudaKernels::set_tf32(bool tf32) {
+  ensure_current(ctx_.device);
+  TANDEM_CUBLAS_CHECK(cublasSetMathMode(ctx_.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                      ctx_.device);
+  return tf32;
+}
+
 // --- elementwise -------------------------------------------------------------------
 
 void CudaKernels::fill(float* x, int64_t n, float value) {
