@@ -157,6 +157,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"precision", s.precision},
       {"grad_reduce_dtype", s.grad_reduce_dtype},
       {"bf16_gemm", s.bf16_gemm ? json(*s.bf16_gemm) : json(nullptr)},
+      {"fp32_math", s.fp32_math},
       {"cpu_kernels", s.cpu_kernels},
       {"stopped_by", s.stopped_by ? json(*s.stopped_by) : json(nullptr)},
       {"restart_count", s.restart_count},

@@ -54,6 +54,7 @@ struct RunSummary {
   std::string precision = "fp32";          // matrix products: fp32 | bf16 (docs/precision.md)
   std::string grad_reduce_dtype = "fp32";  // gradient all-reduce: fp32 | bf16 | fp16
   std::optional<std::string> bf16_gemm;    // under bf16: native | fallback (CPU) | cublas
+  std::string fp32_math = "fp32";          // fp32 matrix products: fp32 (strict) | tf32 (--tf32, CUDA)
   std::string cpu_kernels = "baseline";    // runtime/cpu/cpu_isa.h: baseline | avx2 | avx512 | avx512-bf16
   // Stopping to be resumed (models/requeue.h): the signal that stopped the run before its
   // last step ("SIGUSR1"), unset when it ran to the end; the restarts behind this run; the

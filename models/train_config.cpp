@@ -132,6 +132,9 @@ void add_flags(CLI::App& app, Flags& f) {
                  "Matrix products (linear, conv, LM head) in fp32, or bf16 with f32 accumulation; weights, "
                  "optimizer state, loss and softmax stay f32")
       ->check(names({"fp32", "bf16"}));
+  app.add_flag("--tf32", c.tf32,
+               "--device cuda: fp32 matrix products on TF32 tensor cores (cuBLAS TF32 math: operands rounded to "
+               "10-bit mantissas, f32 sums; PyTorch's allow_tf32 = True). Off: strict fp32");
   f.grad_reduce = app.add_option("--grad-reduce-dtype", f.grad_reduce_dtype,
                                      "DDP: all-reduce gradients in fp32 or bf16 (bf16 is --comm-hook bf16)")
                           ->check(names({"fp32", "bf16"}));
@@ -309,6 +312,8 @@ void type_and_check(Flags& f) {
 
   require(c.mode == Mode::dp || c.devices == 1, "--devices needs --mode dp");
   require(c.backend != Backend::nccl || c.device == DeviceKind::cuda, "--backend nccl needs --device cuda");
+  require(!c.tf32 || c.device == DeviceKind::cuda,
+          "--tf32 needs --device cuda (TF32 is a CUDA tensor-core math mode; the CPU computes strict fp32)");
   require(!hooked || c.comm_hook == CommHookKind::powersgd || c.device != DeviceKind::cuda || !host_staged_backend(c),
           "--comm-hook " + f.comm_hook + " with --device cuda needs --backend nccl (mpi, gloo, shm and hier stage GPU "
           "buckets through host memory, uncompressed)");

@@ -77,6 +77,9 @@ struct TrainConfig {
   // mixed precision (docs/precision.md): matrix products in bf16; gradients reduced in
   // bf16 through the bf16 comm hook (parsing sets comm_hook = CommHookKind::bf16)
   Precision precision = Precision::fp32;  // --precision fp32 | bf16
+  // --tf32 (--device cuda only): fp32 matrix products on TF32 tensor cores (cuBLAS's
+  // CUBLAS_TF32_TENSOR_OP_MATH), PyTorch's allow_tf32; off: strict fp32
+  bool tf32 = false;
   // --grad-reduce-dtype fp32 | bf16 is folded into comm_hook (bf16: CommHookKind::bf16)
   bool find_unused_parameters = false;
   bool sync_bn = false;                // dp, ddp: SyncBatchNorm (statistics over the global batch)

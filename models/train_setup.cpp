@@ -15,6 +15,7 @@
 #include "runtime/allocator.h"
 #include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cuda_device.h"
+#include "runtime/kernels.h"
 
 namespace tandem {
 
@@ -164,6 +165,17 @@ std::string bf16_gemm_name(const TrainConfig& c, Device device) {
   if (c.precision != Precision::bf16) return "";
   if (device.is_cuda()) return "cublas";
   return cpu::bf16_gemm_path() == cpu::Bf16GemmPath::native ? "native" : "fallback";
+}
+
+std::string apply_fp32_math(const TrainConfig& c, Device device) {
+  if (!device.is_cuda()) return "fp32";  // --tf32 needs --device cuda (train_config.cpp)
+  const bool dp = c.mode == Mode::dp;
+  bool on = c.tf32;
+  for (int d = 0; d < (dp ? c.devices : 1); ++d) on = cuda::kernels(dp ? d : device.index).set_tf32(c.tf32) && on;
+  if (dp) cuda::set_device(device.index);  // setting the math made each device current in turn
+  if (c.tf32 && !on)
+    spdlog::warn("--tf32: this CUDA device has no TF32 mode (the emulated GPU): fp32 matrix products stay strict fp32");
+  return on ? "tf32" : "fp32";
 }
 
 void run_sampling(const TrainConfig& c, Device device) {

@@ -32,6 +32,10 @@ OptimizerConfig optimizer_config(const TrainConfig& c);
 ParallelOptions parallel_options(const TrainConfig& c, Device device, int threads);
 // Which bf16 GEMM runs under --precision bf16 ("native", "fallback", "cublas"); "" under fp32.
 std::string bf16_gemm_name(const TrainConfig& c, Device device);
+// Sets the fp32 matrix products' math on every CUDA device this process drives (dp: all
+// --devices): TF32 tensor-op math under --tf32, else strict fp32. Returns what they run
+// as: "tf32", or "fp32" (strict; the CPU's only mode, and a device without TF32).
+std::string apply_fp32_math(const TrainConfig& c, Device device);
 // --sample N: prints N characters sampled from --resume's checkpoint (model and vocabulary
 // from the checkpoint, not from the flags).
 void run_sampling(const TrainConfig& c, Device device);

@@ -51,7 +51,12 @@ Trainer::Trainer(const TrainConfig& c, ElasticControl* elastic)
       data_(load_train_data(c)),
       model_config_(model_config(c, data_)),
       options_(parallel_options(c, device_, threads_)),
-      bf16_gemm_(bf16_gemm_name(c, device_)) {
+      bf16_gemm_(bf16_gemm_name(c, device_)),
+      fp32_math_(apply_fp32_math(c, device_)) {
+  if (device_.is_cuda())
+    spdlog::info("fp32 math: {}", fp32_math_ == "tf32"
+                                       ? "tf32 (--tf32: cuBLAS TF32 tensor-op math, operands rounded to 10-bit mantissas)"
+                                       : "strict fp32 (cuBLAS default math, no TF32)");
   if (!bf16_gemm_.empty())
     spdlog::info("precision bf16: matrix products in bf16 with f32 accumulation ({}), gradients reduced in {}",
                  device_.is_cuda() ? "cuBLAS" : cpu::bf16_gemm_path_str(cpu::bf16_gemm_path()),
@@ -454,6 +459,7 @@ RunSummary Trainer::summary() const {
   s.precision = precision_str(c_.precision);
   s.grad_reduce_dtype = c_.comm_hook == CommHookKind::none ? "fp32" : comm_hook_str(c_.comm_hook);
   if (!bf16_gemm_.empty()) s.bf16_gemm = bf16_gemm_;
+  s.fp32_math = fp32_math_;
   s.cpu_kernels = cpu::cpu_kernel_set();
   s.stopped_by = stopped_by_;
   s.restart_count = restarts_.restart_count;

@@ -72,6 +72,7 @@ class Trainer {
   ModelConfig model_config_;
   ParallelOptions options_;
   std::string bf16_gemm_;              // "" under fp32
+  std::string fp32_math_;              // "fp32" (strict) | "tf32" (--tf32 on CUDA)
   std::optional<FaultPlan> hang_;      // TANDEM_FAULT=hang-at-step:S (collectives/fault_injection.h)
   int rank_ = 0;
   std::unique_ptr<Tracer> tracer_;

@@ -67,7 +67,9 @@ void empty_cache(int device);
 
 // --- pinned host memory ------------------------------------------------------------
 // Page-locked host memory (cudaHostAlloc, portable across devices), for staging
-// device buffers through the host (the mpi backend with CUDA tensors).
+// device buffers through the host (the mpi backend with CUDA tensors). Where the driver
+// refuses to pin, pageable memory instead (logged once): copy() to and from it is complete
+// when it returns either way, so only the speed differs. Free it with free_pinned_host.
 void* alloc_pinned_host(size_t bytes);
 void free_pinned_host(void* ptr);
 

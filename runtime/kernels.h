@@ -30,6 +30,15 @@ class Kernels {
   // products of the bf16 inputs and sums them in f32, so devices agree to f32 rounding.
   virtual void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
                          bool trans_a, bool trans_b, float alpha, float beta) = 0;
+  // Optional: fp32 products (gemm, and every fp32 GEMM a kernel makes through the device's
+  // BLAS) on TF32 tensor cores, i.e. operands rounded to a 10-bit mantissa and sums in f32
+  // (tandem-train --tf32), or strict fp32 (the default). Returns whether TF32 is now on.
+  // Only the CUDA device has a TF32 mode (cuBLAS's CUBLAS_TF32_TENSOR_OP_MATH); the others
+  // stay strict fp32 and return false.
+  virtual bool set_tf32(bool tf32) {
+    (void)tf32;
+    return false;
+  }
 
   // --- elementwise -----------------------------------------------------------------
   virtual void fill(float* x, int64_t n, float value) = 0;

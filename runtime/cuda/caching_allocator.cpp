@@ -72,7 +72,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     if (rc != cudaSuccess) {
       (void)cudaGetLastError();
       size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
+      TANDEM_CUDA_IGNORE(cudaMemGetInfo(&free_b, &total_b));  // for the message only
       throw std::runtime_error("CUDA out of memory: cudaMalloc of " + mib(size) + " failed (" +
                                cudaGetErrorString(rc) + ") " + where(device_) + "; Tandem holds " +
                                mib(stats_.allocated_bytes) + " in live tensors and " +
@@ -118,7 +118,7 @@ void CachingAllocator::release_cached() {
 
 void CachingAllocator::free_cached_locked() {
   for (auto& [size, ptr] : cached_) {
-    cudaFree(ptr);
+    TANDEM_CUDA_IGNORE(cudaFree(ptr));
     stats_.reserved_bytes -= size;
   }
   cached_.clear();

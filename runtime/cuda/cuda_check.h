@@ -38,6 +38,16 @@ std::string where(int device);
       ::tandem::cuda::throw_cublas_error(#statement, tandem_cublas_rc_, __FILE__, __LINE__, (device)); \
   } while (0)
 
+// A call whose failure is deliberately ignored (a free, a destroy, a wait in a destructor or
+// on a cleanup path). The CUDA runtime keeps a failed call's error as the thread's last
+// error, so ignoring it would let the next TANDEM_CUDA_CHECK_LAUNCH blame an innocent
+// kernel launch: a failure is consumed here. A success leaves the last error alone, so an
+// earlier launch's error still reaches its own check.
+#define TANDEM_CUDA_IGNORE(statement)                                 \
+  do {                                                                \
+    if ((statement) != cudaSuccess) (void)cudaGetLastError();         \
+  } while (0)
+
 // After a kernel launch: a bad configuration (or an earlier asynchronous fault) shows here.
 #define TANDEM_CUDA_CHECK_LAUNCH(kernel_name)                                                  \
   do {                                                                                         \

@@ -1,10 +1,15 @@
 // The entry points of runtime/cuda_device.h for a CUDA build: device discovery, the
 // caching allocator, copies between host and devices, streams and memory statistics.
 #include <cuda_runtime.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_context.h"
@@ -76,8 +81,8 @@ void peer_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t byte
   ensure_current(src_dev);
   TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s.stream, copied, 0), src_dev);
   // Destroying a recorded event is legal; its resources go when it completes.
-  cudaEventDestroy(src_ready);
-  cudaEventDestroy(copied);
+  TANDEM_CUDA_IGNORE(cudaEventDestroy(src_ready));
+  TANDEM_CUDA_IGNORE(cudaEventDestroy(copied));
 }
 
 }  // namespace
@@ -146,15 +151,57 @@ void empty_cache(int device) {
   c.allocator.release_cached();
 }
 
+namespace {
+
+// The pageable buffers alloc_pinned_host handed out in place of pinned ones, so that
+// free_pinned_host knows which free they need; and whether the fallback was logged.
+struct PageableFallbacks {
+  std::mutex mutex;
+  std::unordered_set<void*> buffers;
+  bool logged = false;
+};
+
+PageableFallbacks& pageable_fallbacks() {
+  static PageableFallbacks f;  // process-wide like the pinned memory it stands in for
+  return f;
+}
+
+}  // namespace
+
+// Pinned when the driver allows it; else pageable memory (logged once). Every copy Tandem
+// makes to or from it is complete when the copy call returns (device->host copies wait;
+// host->device copies go through PinnedStaging), so pageable memory is slower, not wrong.
 void* alloc_pinned_host(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  TANDEM_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), -1);
+  const cudaError_t rc = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (rc == cudaSuccess) return p;
+  (void)cudaGetLastError();  // refused, not a fault: no later launch check may see it
+  p = std::malloc(bytes);
+  if (!p) throw std::bad_alloc();
+  PageableFallbacks& f = pageable_fallbacks();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  f.buffers.insert(p);
+  if (!f.logged) {
+    f.logged = true;
+    spdlog::warn("cudaHostAlloc of {} bytes refused ({}) {}: host staging buffers fall back to pageable memory "
+                 "(slower copies, same results)",
+                 bytes, cudaGetErrorString(rc), where(-1));
+  }
   return p;
 }
 
 void free_pinned_host(void* ptr) {
-  if (ptr) cudaFreeHost(ptr);
+  if (!ptr) return;
+  {
+    PageableFallbacks& f = pageable_fallbacks();
+    std::lock_guard<std::mutex> lock(f.mutex);
+    if (f.buffers.erase(ptr) == 1) {
+      std::free(ptr);
+      return;
+    }
+  }
+  TANDEM_CUDA_IGNORE(cudaFreeHost(ptr));
 }
 
 }  // namespace tandem::cuda

@@ -133,6 +133,13 @@ void CudaKernels::gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int6
                       ctx_.device);
 }
 
+bool CudaKernels::set_tf32(bool tf32) {
+  ensure_current(ctx_.device);
+  TANDEM_CUBLAS_CHECK(cublasSetMathMode(ctx_.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                      ctx_.device);
+  return tf32;
+}
+
 // --- elementwise -------------------------------------------------------------------
 
 void CudaKernels::fill(float* x, int64_t n, float value) {
@@ -621,7 +628,7 @@ struct EventMark final : Kernels::TimeMark {
   int device = 0;
   cudaEvent_t event = nullptr;
   ~EventMark() override {
-    if (event) cudaEventDestroy(event);
+    if (event) TANDEM_CUDA_IGNORE(cudaEventDestroy(event));
   }
 };
 }  // namespace
@@ -643,7 +650,7 @@ struct PendingSum final : Kernels::PendingValue {
   DeviceContext::PendingSlot slot;
   ~PendingSum() override {
     if (!slot.host) return;
-    cudaEventSynchronize(slot.done);  // the slot is reused only once its copy has landed
+    TANDEM_CUDA_IGNORE(cudaEventSynchronize(slot.done));  // the slot is reused only once its copy has landed
     ctx->give_back_pending_slot(slot);
   }
   double get() override {

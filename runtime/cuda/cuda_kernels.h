@@ -22,6 +22,8 @@ class CudaKernels final : public Kernels {
   // cublasGemmEx: bf16 A and B, f32 C and compute (tensor cores where the GPU has them).
   void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, bool trans_a,
                  bool trans_b, float alpha, float beta) override;
+  // cublasSetMathMode on the device's handle: CUBLAS_TF32_TENSOR_OP_MATH or CUBLAS_DEFAULT_MATH.
+  bool set_tf32(bool tf32) override;
 
   void fill(float* x, int64_t n, float value) override;
   void copy(float* dst, const float* src, int64_t n) override;

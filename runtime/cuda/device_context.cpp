@@ -3,7 +3,6 @@
 
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -39,11 +38,9 @@ DeviceContext::DeviceContext(int d) : device(d), allocator(d), staging(d, alloca
   TANDEM_CUBLAS_CHECK(cublasSetWorkspace(cublas, allocator.allocate(kCublasWorkspaceBytes), kCublasWorkspaceBytes),
                       d);
   // FP32 GEMMs stay FP32 (no TF32), so CUDA matches the CPU to float rounding; PyTorch's
-  // default (torch.backends.cuda.matmul.allow_tf32 = False) is the same. TANDEM_CUDA_TF32=1
-  // trades that for tensor-core speed.
-  const char* tf32 = std::getenv("TANDEM_CUDA_TF32");
-  const bool use_tf32 = tf32 && std::strcmp(tf32, "1") == 0;
-  TANDEM_CUBLAS_CHECK(cublasSetMathMode(cublas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), d);
+  // default (torch.backends.cuda.matmul.allow_tf32 = False) is the same. Kernels::set_tf32
+  // (tandem-train --tf32) trades that for tensor-core speed.
+  TANDEM_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH), d);
 
   error_device = static_cast<launch::DeviceError*>(allocator.allocate(sizeof(launch::DeviceError)));
   TANDEM_CUDA_CHECK(cudaMemsetAsync(error_device, 0, sizeof(launch::DeviceError), stream), d);

@@ -9,6 +9,12 @@
 // slot grows (cudaHostAlloc) only when a larger copy arrives, so a steady training loop
 // allocates no pinned memory after its first step. Copies larger than one slot go
 // through the ring in chunks. Thread-safe.
+//
+// Without pinned memory (cudaHostAlloc refused: a locked-memory limit, a container, a
+// driver that will not pin): the copies go straight from the caller's pageable buffer and
+// each is followed by a stream synchronise, so the promise "returns when src may be reused"
+// holds without relying on the runtime's pageable-copy behaviour. Logged once per device;
+// slower (the copy no longer overlaps the host), never wrong.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,13 +47,17 @@ class PinnedStaging {
     cudaEvent_t done = nullptr;
     bool pending = false;
   };
-  Slot& acquire(size_t bytes);
+  // The next slot, at least `bytes` large; nullptr once pinned memory has been refused.
+  Slot* acquire(size_t bytes);
+  // The fallback: a synchronous copy from pageable memory.
+  void copy_pageable(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 
   int device_;
   CachingAllocator& stats_sink_;
   std::mutex mutex_;
   std::array<Slot, kSlots> slots_;
   size_t next_ = 0;
+  bool pageable_ = false;  // cudaHostAlloc was refused: every later copy is copy_pageable
 };
 
 }  // namespace tandem::cuda

@@ -279,6 +279,10 @@ def run_training(a, steps, timed_from):
     data = CharData(a.data)
     device = torch.device(a.device)
     cuda = device.type == "cuda"
+    # Explicit both ways (PyTorch's defaults differ: matmul off, cuDNN on): strict fp32 unless
+    # --tf32, the peer of tandem-train --tf32. Only CUDA reads them.
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch.backends.cudnn.allow_tf32 = a.tf32
     model = GPT(len(data.vocab), a.context, a.n_layer, a.n_head, a.n_embd, a.dropout).to(device)
     model.train()
     net = nn.parallel.DistributedDataParallel(model) if distributed else model
@@ -330,6 +334,8 @@ def run_training(a, steps, timed_from):
         if cuda:
             result["peak_device_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
             result["gpu"] = torch.cuda.get_device_name(device)
+            result["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
+            result["tf32_cudnn"] = torch.backends.cudnn.allow_tf32
         if a.eval_batches > 0:
             result["val_loss"] = val_loss(model, data, a.eval_batches, a.eval_batch_size, a.context, a.seed + 10_000)
             result["val_batches"] = f"{a.eval_batches} x {a.eval_batch_size}"
@@ -383,6 +389,8 @@ def main():
         s.add_argument("--seed", type=int, default=1337)
         s.add_argument("--eval-batch-size", type=int, default=12)
         s.add_argument("--device", default="cpu", help="cpu, or cuda (PyTorch 2.x on a GPU: scripts/gpu-check)")
+        s.add_argument("--tf32", action="store_true",
+                       help="cuda: allow TF32 in matmuls and cuDNN (default strict fp32, as tandem-train without --tf32)")
         if name == "train":
             s.add_argument("--iters", type=int, default=2000)
             s.add_argument("--eval-batches", type=int, default=200)

@@ -1,6 +1,9 @@
 """The report of scripts/gpu-check: reads its work folder (results.tsv, one summary JSON
-per training run, torch.jsonl, gpu-tests.out), prints the summary tables and writes
-gpu-check.json. Missing pieces are reported as such (null in the JSON), never guessed.
+per training run, torch.jsonl, torch-gpt*.jsonl, attention.jsonl, versions.out,
+gpu-tests.out), prints the summary tables and writes gpu-check.json. Missing pieces are
+reported as such (null in the JSON), never guessed. Every comparison with PyTorch is
+like for like: strict fp32 against allow_tf32 = False, TF32 (tandem-train --tf32)
+against allow_tf32 = True.
 
   python3 scripts/bench/gpu_check_report.py --work DIR --json FILE [--gpu NAME] [--deps MODE] [--seconds S]
 """
@@ -44,12 +47,20 @@ def parse_ctest(path):
     return out
 
 
+def load_jsonl_first(path):
+    try:
+        with open(path) as f:
+            return next((json.loads(l) for l in f if l.strip()), {})
+    except (OSError, ValueError):
+        return {}
+
+
 def run_fields(summary):
     if not summary:
         return {}
     keys = ["samples_per_s", "test_accuracy", "test_loss", "final_train_loss", "peak_device_memory_mb",
             "replicas_identical", "world_size", "backend", "device", "model", "global_batch", "steps",
-            "train_time_s", "param_checksum", "comm_ms", "exposed_comm_ms", "tokens_per_s"]
+            "train_time_s", "param_checksum", "comm_ms", "exposed_comm_ms", "tokens_per_s", "fp32_math"]
     out = {k: summary.get(k) for k in keys}
     out["step_ms_mean"] = (summary.get("step_ms") or {}).get("mean")
     return out
@@ -93,14 +104,18 @@ def main():
         pass
     tests = parse_ctest(os.path.join(a.work, "gpu-tests.out"))
 
-    # Throughput against PyTorch.
+    # Throughput against PyTorch: strict fp32 rows, then TF32 rows (both sides TF32).
     table = []
-    for model, batch in [("mlp", 1024), ("mlp", 4096), ("cnn", 1024), ("cnn", 4096)]:
-        t = by_name.get(f"bench-{model}-b{batch}", {})
-        pt = next((r for r in torch_rows if r.get("model") == model and r.get("batch") == batch), {})
+    for model, batch, math in [("mlp", 1024, "fp32"), ("mlp", 4096, "fp32"), ("cnn", 1024, "fp32"),
+                               ("cnn", 4096, "fp32"), ("mlp", 1024, "tf32"), ("cnn", 1024, "tf32")]:
+        t = by_name.get(f"bench-{model}-b{batch}" + ("-tf32" if math == "tf32" else ""), {})
+        pt = next((r for r in torch_rows if r.get("model") == model and r.get("batch") == batch
+                   and bool(r.get("tf32_matmul")) == (math == "tf32")), {})
         ts, ps = t.get("samples_per_s"), pt.get("samples_per_s")
         table.append({
-            "model": model, "batch": batch, "tandem_status": t.get("status"),
+            "model": model, "batch": batch, "math": math, "tandem_status": t.get("status"),
+            "tandem_fp32_math": t.get("fp32_math"), "torch_tf32_matmul": pt.get("tf32_matmul"),
+            "torch_tf32_cudnn": pt.get("tf32_cudnn"),
             "tandem_samples_per_s": ts, "torch_samples_per_s": ps,
             "torch_resident_samples_per_s": pt.get("resident_samples_per_s"),
             "tandem_over_torch": ts / ps if ts and ps else None,
@@ -115,11 +130,22 @@ def main():
     ddp_ratio = ddp / (sum(singles) / len(singles)) if ddp and singles else None
     mlp_acc = by_name.get("mlp-fashion", {}).get("test_accuracy")
     # The GPT (nanoGPT's GPU Shakespeare configuration): tokens/s against PyTorch, DDP(1) against single.
-    torch_gpt = {}
+    torch_gpt = load_jsonl_first(os.path.join(a.work, "torch-gpt.jsonl"))
+    torch_gpt_tf32 = load_jsonl_first(os.path.join(a.work, "torch-gpt-tf32.jsonl"))
+    tf32_tokens = by_name.get("gpt-b64-tf32", {}).get("tokens_per_s")
+    # The attention alone (tandem-bench-attention), against the GPT step it is part of:
+    # n_layer forward and backward calls per step (no activation checkpointing).
+    attention = load_jsonl_first(os.path.join(a.work, "attention.jsonl"))
+    gpt_step_ms = by_name.get("gpt-b64", {}).get("step_ms_mean")
+    if attention.get("forward_ms") is not None and attention.get("backward_ms") is not None:
+        attention["per_step_ms"] = 6 * (attention["forward_ms"] + attention["backward_ms"])  # 6 layers
+        attention["gpt_step_ms"] = gpt_step_ms
+        attention["share_of_gpt_step"] = attention["per_step_ms"] / gpt_step_ms if gpt_step_ms else None
+    versions = []
     try:
-        with open(os.path.join(a.work, "torch-gpt.jsonl")) as f:
-            torch_gpt = next((json.loads(l) for l in f if l.strip()), {})
-    except (OSError, ValueError):
+        with open(os.path.join(a.work, "versions.out"), errors="replace") as f:
+            versions = [l.rstrip("\n") for l in f if l.strip()]
+    except OSError:
         pass
     gpt_singles = [by_name.get(n, {}).get("tokens_per_s") for n in ("gpt-b64", "gpt-b64-again")]
     gpt_singles = [s for s in gpt_singles if s]
@@ -136,6 +162,13 @@ def main():
         "bf16_tokens_per_s": by_name.get("gpt-b64-bf16", {}).get("tokens_per_s"),
         "bf16_peak_device_memory_mb": by_name.get("gpt-b64-bf16", {}).get("peak_device_memory_mb"),
         "bf16_test_loss": by_name.get("gpt-b64-bf16", {}).get("test_loss"),
+        "torch_tf32_matmul": torch_gpt.get("tf32_matmul"), "torch_tf32_cudnn": torch_gpt.get("tf32_cudnn"),
+        # TF32 on both sides (gpt-b64-tf32: tandem-train --tf32; torch-gpt-tf32: allow_tf32 = True)
+        "tf32_tandem_tokens_per_s": tf32_tokens, "tf32_torch_tokens_per_s": torch_gpt_tf32.get("tokens_per_s"),
+        "tf32_tandem_fp32_math": by_name.get("gpt-b64-tf32", {}).get("fp32_math"),
+        "tf32_torch_tf32_matmul": torch_gpt_tf32.get("tf32_matmul"),
+        "tf32_tandem_over_torch": (tf32_tokens / torch_gpt_tf32["tokens_per_s"]
+                                   if tf32_tokens and torch_gpt_tf32.get("tokens_per_s") else None),
     }
     targets = {
         "mlp_accuracy": mlp_acc,
@@ -150,16 +183,21 @@ def main():
                                   for r in table},
         "ddp_mpi_2ranks_replicas_identical": by_name.get("ddp-mpi-2ranks", {}).get("replicas_identical"),
         "gpt_single_at_least_torch": None if gpt["tandem_over_torch"] is None else gpt["tandem_over_torch"] >= 1.0,
+        "gpt_tf32_at_least_torch": (None if gpt["tf32_tandem_over_torch"] is None
+                                    else gpt["tf32_tandem_over_torch"] >= 1.0),
         "gpt_ddp_1rank_within_2pct": (None if gpt["ddp_1rank_over_single"] is None
                                       else gpt["ddp_1rank_over_single"] >= 1 - TARGET_DDP_SLOWDOWN),
     }
-    report = {"gpu": a.gpu, "dependencies": a.deps, "seconds": a.seconds, "tests": tests, "steps": steps,
-              "throughput": table, "torch": torch_rows, "gpt": gpt, "targets": targets}
+    report = {"gpu": a.gpu, "dependencies": a.deps, "seconds": a.seconds, "versions": versions, "tests": tests,
+              "steps": steps, "throughput": table, "torch": torch_rows, "gpt": gpt, "attention": attention or None,
+              "targets": targets}
     with open(a.json, "w") as f:
         json.dump(report, f, indent=2)
 
     print()
     print(f"gpu-check on {a.gpu}: {a.seconds} s, dependencies: {a.deps}")
+    for line in versions:
+        print(f"  {line}")
     if tests:
         print(f"gpu tests: {tests['passed']} passed, {tests['failed']} failed, {tests['skipped']} skipped "
               f"of {tests['total']}" + (f"; failed: {', '.join(tests['failed_names'])}" if tests["failed_names"] else ""))
@@ -170,15 +208,18 @@ def main():
               f"{fmt(s.get('test_accuracy'), '.4f'):>10}{fmt(s.get('peak_device_memory_mb')):>10}  "
               f"{(s.get('note') or '')[:90]}")
     print()
-    print("throughput, samples/s (synthetic data, SGD momentum, FP32; PyTorch with the same host pipeline;")
-    print("'resident' = PyTorch with the batch already on the GPU and no per-step loss read-back)")
-    print(f"{'model':6}{'batch':>7}{'tandem':>12}{'pytorch':>12}{'resident':>12}{'ratio':>8}{'tandem MiB':>12}{'torch MiB':>11}")
+    print("throughput, samples/s (synthetic data, SGD momentum; PyTorch with the same host pipeline;")
+    print("'resident' = PyTorch with the batch already on the GPU and no per-step loss read-back;")
+    print("math fp32 = strict on both sides, tf32 = tandem-train --tf32 against allow_tf32 = True)")
+    print(f"{'model':6}{'batch':>7}{'math':>6}{'tandem':>12}{'pytorch':>12}{'resident':>12}{'ratio':>8}{'tandem MiB':>12}"
+          f"{'torch MiB':>11}")
     for r in table:
-        print(f"{r['model']:6}{r['batch']:>7}{fmt(r['tandem_samples_per_s']):>12}{fmt(r['torch_samples_per_s']):>12}"
+        print(f"{r['model']:6}{r['batch']:>7}{r['math']:>6}{fmt(r['tandem_samples_per_s']):>12}"
+              f"{fmt(r['torch_samples_per_s']):>12}"
               f"{fmt(r['torch_resident_samples_per_s']):>12}{fmt(r['tandem_over_torch'], '.2f'):>8}"
               f"{fmt(r['tandem_peak_device_memory_mb']):>12}{fmt(r['torch_peak_device_memory_mb']):>11}")
     print()
-    print("gpt L=6 NH=6 C=384 T=256 batch 64, AdamW, FP32, tokens/s (PyTorch: its fused attention)")
+    print("gpt L=6 NH=6 C=384 T=256 batch 64, AdamW, strict FP32 on both sides, tokens/s (PyTorch: its fused attention)")
     print(f"  tandem {fmt(gpt['tandem_tokens_per_s'])}  pytorch {fmt(gpt['torch_tokens_per_s'])} "
           f"({gpt['torch'] or '-'})  ratio {fmt(gpt['tandem_over_torch'], '.2f')}  DDP 1 rank / single "
           f"{fmt(gpt['ddp_1rank_over_single'], '.3f')}  peak MiB tandem {fmt(gpt['tandem_peak_device_memory_mb'])} "
@@ -186,6 +227,14 @@ def main():
     print(f"  --precision bf16: tokens/s {fmt(gpt['bf16_tokens_per_s'])} (fp32 {fmt(gpt['tandem_tokens_per_s'])}), "
           f"peak MiB {fmt(gpt['bf16_peak_device_memory_mb'])} (fp32 {fmt(gpt['tandem_peak_device_memory_mb'])}), "
           f"test loss {fmt(gpt['bf16_test_loss'], '.4f')} (fp32 {fmt(gpt['tandem_test_loss'], '.4f')})")
+    print(f"  TF32 on both sides (--tf32, allow_tf32 = True): tandem {fmt(gpt['tf32_tandem_tokens_per_s'])} "
+          f"(fp32_math {gpt['tf32_tandem_fp32_math'] or '-'})  pytorch {fmt(gpt['tf32_torch_tokens_per_s'])}  "
+          f"ratio {fmt(gpt['tf32_tandem_over_torch'], '.2f')}")
+    if attention:
+        print(f"  attention alone (B 64, T 256, C 384, NH 6, CUDA events): forward {fmt(attention.get('forward_ms'), '.2f')} ms, "
+              f"backward {fmt(attention.get('backward_ms'), '.2f')} ms; x 6 layers = "
+              f"{fmt(attention.get('per_step_ms'), '.1f')} ms of the {fmt(attention.get('gpt_step_ms'), '.1f')} ms step "
+              f"({fmt(None if attention.get('share_of_gpt_step') is None else 100 * attention['share_of_gpt_step'], '.0f')}%)")
     print()
     print(f"targets: mlp accuracy {fmt(mlp_acc, '.4f')} (>= {TARGET_MLP_ACCURACY}: {fmt(targets['mlp_accuracy_met'])}); "
           f"DDP 1 rank / single = {fmt(ddp_ratio, '.3f')} (>= {1 - TARGET_DDP_SLOWDOWN}: "

@@ -1,8 +1,10 @@
 """PyTorch peer for scripts/gpu-check's throughput table: the same models, batch sizes,
 optimizer (SGD, momentum 0.9, lr 0.01) and data pipeline as
-`tandem-train --device cuda --data synthetic`, on one GPU, FP32 (no TF32, PyTorch's
-default for matmul; cuDNN convolutions as PyTorch picks them). Prints one JSON line per
-configuration.
+`tandem-train --device cuda --data synthetic`, on one GPU. Strict FP32 by default: both
+torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 are set to False
+(PyTorch leaves cuDNN's on by default, which would make the CNN row TF32 against Tandem's
+strict fp32); --tf32 sets both to True, the peer of `tandem-train --tf32`. Both settings
+are set explicitly and reported in every line. Prints one JSON line per configuration.
 
 Two figures per configuration:
   samples_per_s           the pipeline Tandem runs: uint8 images gathered by a shuffled
@@ -12,7 +14,7 @@ Two figures per configuration:
   resident_samples_per_s  the GPU alone: the batch already on the device, no per-step
                           read-back (an upper bound, not the comparison)
 
-  python3 scripts/bench/torch_gpu.py --config mlp:1024 --config cnn:1024 [--steps N] [--warmup N]
+  python3 scripts/bench/torch_gpu.py --config mlp:1024 --config cnn:1024 [--steps N] [--warmup N] [--tf32]
 """
 import argparse
 import json
@@ -89,6 +91,7 @@ def run(model_name, batch, hidden, steps, warmup, samples, dev):
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(dev),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
     }
 
 
@@ -100,8 +103,13 @@ def main():
     p.add_argument("--cnn-steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--samples", type=int, default=60000)
+    p.add_argument("--tf32", action="store_true",
+                   help="allow TF32 in matmuls and cuDNN convolutions (default: strict fp32, as Tandem without --tf32)")
     a = p.parse_args()
     assert torch.cuda.is_available(), "no CUDA device visible to PyTorch"
+    # Explicit both ways: PyTorch's own defaults differ (matmul off, cuDNN on) and have changed.
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch.backends.cudnn.allow_tf32 = a.tf32
     dev = torch.device("cuda:0")
     for cfg in a.config:
         model, batch = cfg.split(":")

@@ -20,6 +20,7 @@ expect 2 "--mode" -- "$T" --mode hybrid
 expect 2 "--devices needs --mode dp" -- "$T" --devices 2
 expect 1 "no CUDA GPU is visible" -- "$T" --device cuda --data synthetic --synthetic-train 256 --max-steps 1
 expect 2 "--backend nccl needs --device cuda" -- "$T" --mode ddp --backend nccl
+expect 2 "--tf32 needs --device cuda" -- "$T" --tf32
 expect 2 "--zero 2 is not built" -- "$T" --mode ddp --zero 2
 expect 2 "--zero -1 is not built" -- "$T" --mode ddp --zero -1
 expect 2 "--zero 1 needs --mode ddp" -- "$T" --zero 1

@@ -21,6 +21,9 @@ GPT=(--model gpt --data shakespeare --n-layer 2 --n-head 2 --n-embd 16 --context
      --warmup-steps 2 --weight-decay 0.1 --clip-grad-norm 0.5 --max-steps 12 --no-progress --threads 1)
 export TANDEM_EMULATED_GPUS=2
 
+# --tf32 reaches the device; the emulated one has no TF32 mode, says so, and stays strict fp32.
+expect 0 "no TF32 mode" -- "$E" "${COMMON[@]}" --device cuda --tf32 --max-steps 2 --summary-json "$TMP/tf32-cuda.json"
+
 for dev in cpu cuda; do
   expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --summary-json "$TMP/single-$dev.json"
   expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --mode dp --devices 2 --summary-json "$TMP/dp-$dev.json"
@@ -101,6 +104,7 @@ for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gp
     else:
         assert gpu["param_checksum"] == cpu["param_checksum"], (k, gpu["param_checksum"], cpu["param_checksum"])
     assert gpu["device"] == "cuda:0" and cpu["device"] == "cpu", (k, gpu["device"], cpu["device"])
+    assert gpu["fp32_math"] == "fp32" and cpu["fp32_math"] == "fp32", (k, gpu["fp32_math"], cpu["fp32_math"])
     assert gpu["peak_device_memory_mb"] > 0, (k, gpu.get("peak_device_memory_mb"))
     assert cpu.get("peak_device_memory_mb") in (None, 0), (k, cpu.get("peak_device_memory_mb"))
 for k in ("mpi", "gloo", "buckets", "cnn", "gptddp", "powersgd"):
@@ -110,6 +114,7 @@ assert s("powersgd-cuda")["param_checksum"] != s("gloo-cuda")["param_checksum"],
 for k in ("gptbf16", "dpbf16"):
     assert s(f"{k}-cuda")["bf16_gemm"] == "cublas" and s(f"{k}-cpu")["bf16_gemm"] in ("native", "fallback"), k
     assert s(f"{k}-cpu")["param_checksum"] != s(k.replace("bf16", "") + "-cpu")["param_checksum"], k
+assert s("tf32-cuda")["fp32_math"] == "fp32", "the emulated GPU has no TF32 mode"
 assert len(s("buckets-cuda")["buckets"]) > len(s("gloo-cuda")["buckets"]), "a smaller cap, more buckets"
 assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
 # DDP(2) with batch 32 per rank sees what DP(2) over 64 does; the shared GPU changes nothing.

@@ -45,6 +45,26 @@ TEST_F(CudaKernelsDense, GemmAllTransposesAndBetas) {
         }
 }
 
+// --tf32 (Kernels::set_tf32): TF32 operands (10-bit mantissas, f32 sums) stay within
+// 5e-3 x max|C| at K = 1024 (each product off by at most ~2^-10 of |a b|), and switching
+// back restores the strict FP32 tolerance above. Skipped on a device without TF32.
+TEST_F(CudaKernelsDense, GemmTf32IsOptInAndSwitchesBack) {
+  struct StrictAfter {  // the other tests expect strict FP32, whatever happens here
+    ~StrictAfter() { kernels_for(Device::cuda(0)).set_tf32(false); }
+  } strict_after;
+  if (!gpu_k().set_tf32(true)) GTEST_SKIP() << "this device has no TF32 mode (the emulated GPU)";
+  const int64_t M = 128, N = 256, K = 1024;
+  auto A = randn(M * K, 11), B = randn(K * N, 12);
+  std::vector<float> want(M * N, 0.f);
+  cpu_k().gemm(want.data(), A.data(), B.data(), M, N, K, false, false, 1.f, 0.f);
+  Tensor dA = upload(A), dB = upload(B), dC = upload(std::vector<float>(M * N, 0.f));
+  gpu_k().gemm(dC.f32(), dA.f32(), dB.f32(), M, N, K, false, false, 1.f, 0.f);
+  expect_normwise(download(dC), want, 5e-3, "gemm under TF32");
+  EXPECT_FALSE(gpu_k().set_tf32(false));
+  gpu_k().gemm(dC.f32(), dA.f32(), dB.f32(), M, N, K, false, false, 1.f, 0.f);
+  expect_normwise(download(dC), want, 1e-4, "gemm strict FP32 again");
+}
+
 TEST_F(CudaKernelsDense, GemmBetaZeroIgnoresNaNAndEmptyK) {
   std::vector<float> A(6, 1.f), B(6, 1.f), C(4, std::numeric_limits<float>::quiet_NaN());
   Tensor dA = upload(A), dB = upload(B), dC = upload(C);
