@@ -26,7 +26,7 @@ namespace tandem {
 
 struct PrefetchOptions {
   int64_t depth = 1;             // batches kept ready ahead of the consumer (>= 1)
-  std::optional<Device> upload;  // a CUDA device: inputs and targets are uploaded there too
+  std::optional<Device> upload = std::nullopt;  // a CUDA device: inputs and targets are uploaded there too
 };
 
 class PrefetchingSource final : public BatchSource {
