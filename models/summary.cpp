@@ -134,6 +134,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"sync_batchnorm", s.sync_batchnorm},
       {"broadcast_buffers", s.broadcast_buffers},
       {"activation_checkpointing", s.activation_checkpointing},
+      {"prefetch", s.prefetch},
       {"replicas_identical", s.replicas_identical},
       {"buckets", buckets},
       {"grad_ready", grad_ready},

@@ -33,6 +33,7 @@ struct RunSummary {
   std::string param_checksum;
   std::string buffer_checksum;  // every buffer (BatchNorm's statistics); of nothing when none
   bool sync_batchnorm = false, broadcast_buffers = true, activation_checkpointing = false;
+  bool prefetch = false;  // a loader thread assembled the next step's batches (--prefetch)
   bool replicas_identical = true;
   std::vector<BucketInfo> buckets;
   std::vector<GradReadyInfo> grad_ready;

@@ -22,12 +22,14 @@ struct Flags {
   std::string elastic_batch = "auto";
   std::string bucket_cap = "25";
   std::string optimizer = "sgd", mode = "single", device = "cpu", backend = "auto", comm_hook = "none",
-              precision = "fp32", grad_reduce_dtype = "fp32", powersgd_gate = "model";
+              precision = "fp32", grad_reduce_dtype = "fp32", powersgd_gate = "model",
+              prefetch = "auto";
   std::vector<CLI::Option*> gpt_flags, resnet_flags, powersgd_flags;
   CLI::Option* checkpointing = nullptr;
   CLI::Option* hidden = nullptr;
   CLI::Option* grad_reduce = nullptr;
   bool no_progress = false;
+  bool no_prefetch = false;
 };
 
 // Every flag of docs/reference.md's tandem-train, with its help text and accepted names.
@@ -105,6 +107,12 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--no-overlap", c.no_overlap, "All-reduce buckets only after backward ends");
   app.add_flag("--no-comm", c.no_comm, "Skip gradient communication (measurement aid)");
   app.add_option("--grad-accum", c.grad_accum, "Micro-steps per optimizer step");
+  app.add_option("--prefetch", f.prefetch,
+                 "Assemble the next step's batches on a loader thread while this step runs (for --device cuda "
+                 "also upload them through the pinned ring); the same batches in the same order. auto: on for "
+                 "cuda, off for cpu, where the thread competes with the step for the cores")
+      ->check(names({"auto", "on", "off"}));
+  app.add_flag("--no-prefetch", f.no_prefetch, "Same as --prefetch off: each batch is assembled after the step before");
   app.add_option("--elastic-batch", f.elastic_batch,
                  "Resuming DDP from a checkpoint, at its world size or another: global keeps the checkpoint's global "
                  "batch (the per-rank batch adapted, else --grad-accum; exit 1 when neither divides), per-rank keeps "
@@ -188,6 +196,10 @@ void type_and_check(Flags& f) {
   c.device = f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
   c.backend = parse_backend(f.backend);
   c.precision = parse_precision(f.precision);
+  require(!f.no_prefetch || f.prefetch == "auto" || f.prefetch == "off", "--no-prefetch contradicts --prefetch " + f.prefetch);
+  c.prefetch = f.no_prefetch || f.prefetch == "off" ? Prefetch::off
+               : f.prefetch == "on"                 ? Prefetch::on
+                                                    : Prefetch::automatic;
 
   const bool gpt = c.model == "gpt";
   for (CLI::Option* o : f.gpt_flags)

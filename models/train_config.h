@@ -23,6 +23,9 @@ struct UsageError : std::runtime_error {
 };
 
 enum class ElasticBatch { automatic, off, global, per_rank };
+// --prefetch: assemble (and for CUDA upload) the next batch on a thread during the step.
+// automatic: on for --device cuda, off for cpu (docs/reference.md gives the measurements).
+enum class Prefetch { automatic, on, off };
 
 struct TrainConfig {
   // model and data
@@ -65,6 +68,7 @@ struct TrainConfig {
   bool no_overlap = false;
   bool no_comm = false;
   int64_t grad_accum = 1;
+  Prefetch prefetch = Prefetch::automatic;  // --prefetch auto | on | off (--no-prefetch: off)
   // --elastic-batch (models/elastic_batch.h): resuming at another world size, keep the
   // global batch (global), or the per-rank batch with the learning rate scaled (per_rank),
   // or change nothing (off). automatic: global under an elastic tandemrun, else off.

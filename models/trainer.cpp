@@ -25,6 +25,7 @@
 #include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/cpu_isa.h"
 #include "runtime/cuda_device.h"
+#include "runtime/data/prefetch.h"
 #include "runtime/kernels.h"
 #include "runtime/strategy/parallel.h"
 
@@ -35,6 +36,17 @@ namespace {
 // that takes is at most a tenth of the per-step cost it would be (on a 2-vCPU machine the
 // per-step check looked like several ms of a ~12 ms gloo step, within heavy noise).
 constexpr int64_t kStopCheckEvery = 10;
+
+// --prefetch auto: on for CUDA, where the GPU would otherwise idle while the host assembles
+// a batch; off for the CPU, where the thread takes a core from the step (docs/reference.md).
+bool prefetching(const TrainConfig& c, Device device) {
+  switch (c.prefetch) {
+    case Prefetch::on: return true;
+    case Prefetch::off: return false;
+    case Prefetch::automatic: return device.is_cuda();
+  }
+  return false;
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -85,6 +97,15 @@ Trainer::Trainer(const TrainConfig& c, ElasticControl* elastic)
     test_batches_ = evaluation_batches(data_.test);
   }
   accum_ = c.grad_accum;
+  if (prefetching(c, device_)) {
+    // One step's micro-batches ahead. DataParallel scatters the host batch across its
+    // devices itself, so only single and DDP runs upload in the thread.
+    PrefetchOptions po{.depth = accum_, .upload = std::nullopt};
+    if (device_.is_cuda() && c.mode != Mode::dp) po.upload = device_;
+    train_batches_ = std::make_unique<PrefetchingSource>(std::move(train_batches_), po);
+    spdlog::info("prefetch: a loader thread assembles{} the next {} batch(es) during each step",
+                 po.upload ? " and uploads" : "", accum_);
+  }
   steps_per_epoch_ = train_batches_->steps_per_epoch() / accum_;
   const int replicas = strategy_->replicas();
   global_batch_ = c.batch_size * replicas * accum_;
@@ -432,6 +453,7 @@ RunSummary Trainer::summary() const {
   s.sync_batchnorm = c_.sync_bn;
   s.broadcast_buffers = !c_.no_broadcast_buffers;
   s.activation_checkpointing = c_.activation_checkpointing;
+  s.prefetch = prefetching(c_, device_);
   s.replicas_identical = st.replicas_identical();
   s.buckets = st.buckets();
   s.grad_ready = st.grad_ready();

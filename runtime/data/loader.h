@@ -7,9 +7,9 @@
 //
 // drop_last = true (training): a short final batch is dropped, so every step has the full
 // batch and all replicas take the same number of steps. drop_last = false (evaluation): the
-// final batch is smaller. There is no background prefetch: assembling a batch converts and
-// normalises 8 pixels per vector instruction (0.8 ms for 1024 Fashion-MNIST images in
-// tandem-train's "load batch" span), below a training step of that batch.
+// final batch is smaller. Assembling a batch converts and normalises 8 pixels per vector
+// instruction (0.8 ms for 1024 Fashion-MNIST images in tandem-train's "load batch" span);
+// PrefetchingSource (prefetch.h) does it on a thread during the step, for a GPU's sake.
 #pragma once
 
 #include <cstdint>

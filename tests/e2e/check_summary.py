@@ -13,7 +13,7 @@ KEYS = ["mode", "world_size", "replicas", "backend", "device", "model", "paramet
         "process_cpu_ms", "comm_cpu_ms", "pss_mb_per_rank", "cpu_kernels", "stopped_by", "restart_count",
         "slurm_restart_count", "resumed_from_step", "elastic_batch", "base_world_size", "batch_size", "grad_accum",
         "lr", "min_lr", "resumed_from", "commits", "commit_ms", "elastic_history", "grad_ready", "bucket_cap_mb", "first_bucket_mb",
-        "bucket_auto", "fp32_math"]
+        "bucket_auto", "fp32_math", "prefetch"]
 
 
 def fail(msg):

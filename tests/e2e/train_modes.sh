@@ -2,7 +2,8 @@
 # (mpi), spawn_local.sh (gloo) and tandemrun (shm). DP(2) and DDP(2) with batch b follow single with batch 2b (same test loss within 1e-4
 # relative after 30 steps of real data), replicas end identical, --no-comm lets them
 # diverge, --grad-accum 2 equals the doubled batch, and --trace writes per-rank traces
-# with bucket all-reduce spans.
+# with bucket all-reduce spans. --prefetch on (off by default on the CPU) ends with the same
+# param_checksum in single, DP, DDP with --grad-accum 2, and resumed from its own checkpoint.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 T="$BIN/tandem-train"
@@ -26,6 +27,15 @@ expect 0 "done:" -- "${MPI[@]}" "$T" "${COMMON[@]}" --mode ddp --batch-size 32 -
   --summary-json "$TMP/nocomm.json"
 expect 0 "done:" -- "${MPI[@]}" "$T" "${COMMON[@]}" --mode ddp --batch-size 32 --comm-hook bf16 --no-overlap \
   --bucket-cap-mb 0.05 --summary-json "$TMP/bf16.json"
+PF=(--prefetch on)
+expect 0 "prefetch: a loader thread" -- "$T" "${COMMON[@]}" "${PF[@]}" --batch-size 64 --checkpoint-dir "$TMP/ck-pf" \
+  --save-every 17 --summary-json "$TMP/single-pf.json"
+expect 0 "done:" -- "$T" "${COMMON[@]}" "${PF[@]}" --batch-size 64 --resume "$TMP/ck-pf/step-00000017" \
+  --summary-json "$TMP/resumed-pf.json"
+expect 0 "done:" -- "$T" "${COMMON[@]}" "${PF[@]}" --mode dp --devices 2 --batch-size 32 --summary-json "$TMP/dp-pf.json"
+expect 0 "done:" -- "${MPI[@]}" "$T" "${COMMON[@]}" "${PF[@]}" --mode ddp --batch-size 16 --grad-accum 2 \
+  --summary-json "$TMP/accum-pf.json"
+expect 2 "--no-prefetch contradicts --prefetch on" -- "$T" --no-prefetch --prefetch on
 expect 2 "--no-comm needs --mode ddp" -- "$T" --no-comm
 expect 2 "--comm-hook" -- "$T" --mode ddp --comm-hook int8
 expect 0 "modes ok" -- python3 - "$TMP" <<'PY'
@@ -44,6 +54,12 @@ for k in ("ddp", "gloo", "shm", "accum"):
     assert close(s[k]["test_loss"], s["single"]["test_loss"], 1e-4), (k, s[k]["test_loss"], s["single"]["test_loss"])
     assert len(s[k]["buckets"]) >= 1 and all(b["bytes"] > 0 for b in s[k]["buckets"]), k
 assert s["ddp"]["backend"] == "mpi" and s["gloo"]["backend"] == "gloo" and s["shm"]["backend"] == "shm"
+for k in ("single", "dp", "accum"):
+    pf = json.load(open(f"{d}/{k}-pf.json"))
+    assert pf["prefetch"] is True and s[k]["prefetch"] is False, k
+    assert pf["param_checksum"] == s[k]["param_checksum"], (k, pf["param_checksum"], s[k]["param_checksum"])
+resumed = json.load(open(f"{d}/resumed-pf.json"))
+assert resumed["resumed_from_step"] == 17 and resumed["param_checksum"] == s["single"]["param_checksum"]
 assert s["nocomm"]["replicas_identical"] is False, "--no-comm replicas should diverge"
 assert s["bf16"]["replicas_identical"] is True
 assert len(s["bf16"]["buckets"]) > len(s["ddp"]["buckets"]), "smaller cap, more buckets"

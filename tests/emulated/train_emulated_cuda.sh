@@ -6,6 +6,10 @@
 # The CNN agrees within 1e-4 instead: its Conv2d batches images per GEMM on a device and
 # takes one image at a time on the CPU, so its sums round differently.
 # The GPT runs too, in single, DP(2) and DDP(2), bit for bit with the CPU.
+# --prefetch is on by default on the device (batches uploaded by the loader thread) and off on
+# the CPU, so every comparison above also holds it against none; and explicitly: the device
+# without it, the CPU with it (text windows), DDP with --grad-accum 2 on the device with and
+# without. The checkpoints below are written and resumed with it on the device.
 # Also: the summary's device figures, traces, AdamW state in checkpoints, two DDP ranks
 # sharing one GPU, PowerSGD's factors staged through the host, and the errors for too few
 # GPUs and a comm hook the staged path cannot run.
@@ -56,6 +60,12 @@ for dev in cpu cuda; do
     --summary-json "$TMP/gptbf16-$dev.json"
   expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --mode dp --devices 2 --precision bf16 \
     --summary-json "$TMP/dpbf16-$dev.json"
+done
+expect 0 "done:" -- "$E" "${GPT[@]}" --device cuda --batch-size 8 --no-prefetch --summary-json "$TMP/gptoff-cuda.json"
+expect 0 "done:" -- "$E" "${GPT[@]}" --device cpu --batch-size 8 --prefetch on --summary-json "$TMP/gpton-cpu.json"
+for pf in auto off; do
+  expect 0 "done:" -- "${MPI[@]}" "$E" "${COMMON[@]}" --device cuda --mode ddp --backend mpi --batch-size 16 \
+    --grad-accum 2 --prefetch $pf --summary-json "$TMP/accum-$pf.json"
 done
 # The plain tandem-train on the CPU agrees with the emulated build's CPU run.
 expect 0 "done:" -- "$T" "${COMMON[@]}" --summary-json "$TMP/single-real.json"
@@ -117,6 +127,12 @@ for k in ("gptbf16", "dpbf16"):
 assert s("tf32-cuda")["fp32_math"] == "fp32", "the emulated GPU has no TF32 mode"
 assert len(s("buckets-cuda")["buckets"]) > len(s("gloo-cuda")["buckets"]), "a smaller cap, more buckets"
 assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
+# Prefetch: on by default on the device only; the same parameters with and without it.
+assert s("gpt-cuda")["prefetch"] is True and s("gpt-cpu")["prefetch"] is False
+assert s("gptoff-cuda")["prefetch"] is False and s("gpton-cpu")["prefetch"] is True
+assert s("accum-auto")["prefetch"] is True and s("accum-off")["prefetch"] is False
+for a, b in (("gptoff-cuda", "gpt-cuda"), ("gpton-cpu", "gpt-cpu"), ("accum-auto", "accum-off")):
+    assert s(a)["param_checksum"] == s(b)["param_checksum"], (a, b)
 # DDP(2) with batch 32 per rank sees what DP(2) over 64 does; the shared GPU changes nothing.
 assert s("shared")["param_checksum"] == s("mpi-cuda")["param_checksum"]
 for a, b in (("from-cuda", "ck-cuda"), ("from-cpu", "ck-cpu"), ("ck-cuda", "single-cpu"), ("from-adamw", "ck-adamw"),
