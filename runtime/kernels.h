@@ -221,13 +221,27 @@ class Kernels {
     int64_t n;
     float weight_decay;
   };
+  // (Inline, as the whole interface: the CUDA plugin needs nothing of the runtime but
+  // headers, docs/architecture.md.)
   // out[0] += sum of squares of every span (in double; the split hardly matters, as above).
-  virtual void sum_squares_acc_multi(double* out, const Span* xs, int64_t count);
-  virtual void clip_scale_multi(const Span* xs, int64_t count, const double* sum_sq, int64_t parts, float max_norm);
+  virtual void sum_squares_acc_multi(double* out, const Span* xs, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) sum_squares_acc(out, xs[i].data, xs[i].n);
+  }
+  virtual void clip_scale_multi(const Span* xs, int64_t count, const double* sum_sq, int64_t parts, float max_norm) {
+    for (int64_t i = 0; i < count; ++i) clip_scale(xs[i].data, xs[i].n, sum_sq, parts, max_norm);
+  }
   virtual void sgd_update_multi(const UpdateSpan* ts, int64_t count, float lr, float momentum, bool nesterov,
-                                bool first_step);
+                                bool first_step) {
+    for (int64_t i = 0; i < count; ++i)
+      sgd_update(ts[i].param, ts[i].slot0, ts[i].grad, ts[i].n, lr, momentum, ts[i].weight_decay, nesterov,
+                 first_step);
+  }
   virtual void adamw_update_multi(const UpdateSpan* ts, int64_t count, float lr, float beta1, float beta2, float eps,
-                                  int64_t step);
+                                  int64_t step) {
+    for (int64_t i = 0; i < count; ++i)
+      adamw_update(ts[i].param, ts[i].slot0, ts[i].slot1, ts[i].grad, ts[i].n, lr, beta1, beta2, eps,
+                   ts[i].weight_decay, step);
+  }
 
   // --- dtype conversion (communication compression) --------------------------------
   // Round to nearest even.

@@ -145,7 +145,8 @@ void Model::zero_grad() {
   });
   for (size_t i = 0; i < runs.size();) {
     Run run = runs[i];
-    for (++i; i < runs.size() && runs[i].device == run.device && !std::less<const float*>()(run.end, runs[i].begin); ++i)
+    const std::less<const float*> before;
+    for (++i; i < runs.size() && runs[i].device == run.device && !before(run.end, runs[i].begin); ++i)
       if (std::less<const float*>()(run.end, runs[i].end)) run.end = runs[i].end;
     kernels_for(run.device).fill(run.begin, run.end - run.begin, 0.f);
   }

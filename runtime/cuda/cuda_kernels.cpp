@@ -20,8 +20,11 @@ namespace launch {
 // transformer.cu: embedding, attention's head permutes and causal softmax, GELU-tanh, clipping by global norm.
 void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c,
                        cudaStream_t stream);
+// Sorts (id, position) pairs through `scratch` (embedding_backward_scratch bytes: three
+// int32 arrays of n and CUB's radix-sort storage), then one warp per distinct id.
+size_t embedding_backward_scratch(int64_t n, int64_t vocab);
 void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
-                            int64_t vocab, cudaStream_t stream);
+                            int64_t vocab, void* scratch, cudaStream_t stream);
 void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,
                  cudaStream_t stream);
 void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,
@@ -393,14 +396,21 @@ void CudaKernels::embedding_forward(float* out, const float* table, const int32_
 
 void CudaKernels::embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
                                          int64_t vocab) {
+  if (n <= 0 || c <= 0) return;
+  if (n > INT_MAX || vocab > INT_MAX)
+    throw std::invalid_argument("embedding_backward_acc: N = " + std::to_string(n) + " or V = " +
+                                std::to_string(vocab) +
+                                " is outside the int32 range of its sort");
   ensure_current(ctx_.device);
-  launch::embedding_backward_acc(dtable, dout, ids, n, c, vocab, ctx_.stream);
+  Scratch scratch(ctx_.allocator, launch::embedding_backward_scratch(n, vocab));
+  launch::embedding_backward_acc(dtable, dout, ids, n, c, vocab, scratch.as<void>(), ctx_.stream);
 }
 
 namespace {
 void check_attention_shape(const char* what, int64_t c, int64_t nh) {
   if (nh <= 0 || c <= 0 || c % nh != 0)
-    throw std::invalid_argument(std::string(what) + ": C = " + std::to_string(c) + " is not a positive multiple of NH = " +
+    throw std::invalid_argument(std::string(what) + ": C = " + std::to_string(c) +
+                                " is not a positive multiple of NH = " +
                                 std::to_string(nh));
 }
 }  // namespace

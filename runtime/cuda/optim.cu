@@ -47,7 +47,9 @@ __device__ __forceinline__ void adamw_element(float* __restrict__ param, float* 
 __global__ void sgd_kernel(float* __restrict__ param, float* __restrict__ momentum_buf,
                            const float* __restrict__ grad, int64_t n, float lr, float momentum, float weight_decay,
                            bool nesterov, bool first_step) {
-  TANDEM_GRID_STRIDE_LOOP(i, n) sgd_element(param, momentum_buf, grad, i, lr, momentum, weight_decay, nesterov, first_step);
+  TANDEM_GRID_STRIDE_LOOP(i, n) {
+    sgd_element(param, momentum_buf, grad, i, lr, momentum, weight_decay, nesterov, first_step);
+  }
 }
 
 __global__ void adamw_kernel(float* __restrict__ param, float* __restrict__ m, float* __restrict__ v,
@@ -58,8 +60,9 @@ __global__ void adamw_kernel(float* __restrict__ param, float* __restrict__ m, f
 // Multi-tensor: grid.y picks the table's tensor, grid.x strides over its elements.
 __global__ void sgd_multi_kernel(UpdateTable t, float lr, float momentum, bool nesterov, bool first_step) {
   const int k = blockIdx.y;
-  TANDEM_GRID_STRIDE_LOOP(i, t.n[k])
-  sgd_element(t.param[k], t.slot0[k], t.grad[k], i, lr, momentum, t.decay[k], nesterov, first_step);
+  TANDEM_GRID_STRIDE_LOOP(i, t.n[k]) {
+    sgd_element(t.param[k], t.slot0[k], t.grad[k], i, lr, momentum, t.decay[k], nesterov, first_step);
+  }
 }
 
 __global__ void adamw_multi_kernel(UpdateTable t, AdamWScalars s) {

@@ -1,6 +1,7 @@
-// Transformer CUDA kernels: token embedding, attention's head permutes and causal
-// softmax (forward and backward; the products are cuBLAS's, runtime/batched_attention.h), GELU with the tanh approximation, and clipping by
-// global gradient norm (sum of squares, then a scale read on the device).
+// Transformer CUDA kernels: token embedding (backward by sorted ids), attention's head
+// permutes and causal softmax (forward and backward; the products are cuBLAS's,
+// runtime/batched_attention.h), GELU with the tanh approximation, and clipping by global
+// gradient norm (sum of squares, then a scale read on the device; per tensor or per table).
 // Invariant: deterministic. Every output element is written by one thread that adds its
 // terms in a fixed order (embedding rows in increasing n, as the CPU kernel), and every
 // reduction is a fixed tree inside one block or a fixed two-pass over per-block
@@ -11,13 +12,14 @@
 #include "runtime/cuda/launch.h"
 #include "runtime/cuda/launch_common.cuh"
 
+#include <cub/device/device_radix_sort.cuh>
+
 namespace tandem::cuda::launch {
 
 namespace {
 
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kGeluCubic = 0.044715f;
-constexpr int kVocabChunks = 32;     // embedding backward: rows split by id % chunks
 constexpr int64_t kMaxSumBlocks = 1024;
 
 template <typename T>
@@ -50,17 +52,36 @@ __global__ void embedding_forward_kernel(float* __restrict__ out, const float* _
   TANDEM_GRID_STRIDE_LOOP(i, n * c) out[i] = table[static_cast<int64_t>(ids[i / c]) * c + i % c];
 }
 
-// Thread (channel ch, chunk k) owns the rows with id % chunks == k in channel ch, and
-// scans n in order: each table element gets its terms in increasing n, with no atomics.
-__global__ void embedding_backward_kernel(float* __restrict__ dtable, const float* __restrict__ dout,
-                                          const int32_t* __restrict__ ids, int64_t n, int64_t c, int chunks) {
-  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int k = blockIdx.y;
-  if (ch >= c) return;
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t id = ids[i];
-    if (id % chunks == k) dtable[static_cast<int64_t>(id) * c + ch] += dout[i * c + ch];
+// Backward by sorted ids: the (id, position) pairs sorted by id (a stable radix sort, so
+// equal ids keep increasing positions), then one warp per run of equal ids adds that
+// table row's contributions in increasing n, as the CPU kernel does. A row is read and
+// written once per step, and only the rows the batch used are touched.
+__global__ void iota_kernel(int32_t* __restrict__ out, int64_t n) {
+  TANDEM_GRID_STRIDE_LOOP(i, n) out[i] = static_cast<int32_t>(i);
+}
+
+__global__ void embedding_backward_rows_kernel(float* __restrict__ dtable, const float* __restrict__ dout,
+                                               const int32_t* __restrict__ sorted_ids,
+                                               const int32_t* __restrict__ positions, int64_t n, int64_t c) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (i >= n) return;
+  const int32_t id = sorted_ids[i];
+  if (i > 0 && sorted_ids[i - 1] == id) return;  // not the first of its run
+  int64_t end = i + 1;
+  while (end < n && sorted_ids[end] == id) ++end;
+  float* row = dtable + static_cast<int64_t>(id) * c;
+  for (int64_t ch = lane; ch < c; ch += 32) {
+    float acc = row[ch];
+    for (int64_t j = i; j < end; ++j) acc += dout[static_cast<int64_t>(positions[j]) * c + ch];
+    row[ch] = acc;
   }
+}
+
+int radix_bits(int64_t vocab) {
+  int bits = 1;
+  while (bits < 31 && (int64_t{1} << bits) < vocab) ++bits;
+  return bits;
 }
 
 // --- attention's batched pieces (runtime/batched_attention.h) ------------------------------
@@ -224,14 +245,31 @@ void embedding_forward(float* out, const float* table, const int32_t* ids, int64
   TANDEM_CUDA_CHECK_LAUNCH(embedding_forward_kernel);
 }
 
+size_t embedding_backward_scratch(int64_t n, int64_t vocab) {
+  size_t temp = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+                                  static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n, 0,
+                                  radix_bits(vocab));
+  return 3 * static_cast<size_t>(n) * sizeof(int32_t) + temp;
+}
+
 void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
-                            int64_t vocab, cudaStream_t stream) {
+                            int64_t vocab, void* scratch, cudaStream_t stream) {
   if (n <= 0 || c <= 0) return;
-  const int chunks = static_cast<int>(vocab < kVocabChunks ? (vocab < 1 ? 1 : vocab) : kVocabChunks);
-  const int threads = c < 128 ? 32 : 128;
-  const dim3 grid(static_cast<unsigned>((c + threads - 1) / threads), static_cast<unsigned>(chunks));
-  embedding_backward_kernel<<<grid, threads, 0, stream>>>(dtable, dout, ids, n, c, chunks);
-  TANDEM_CUDA_CHECK_LAUNCH(embedding_backward_kernel);
+  auto* positions = static_cast<int32_t*>(scratch);  // 0..n-1, then sorted by id
+  int32_t* sorted_positions = positions + n;
+  int32_t* sorted_ids = sorted_positions + n;
+  void* temp = sorted_ids + n;
+  size_t temp_bytes = embedding_backward_scratch(n, vocab) - 3 * static_cast<size_t>(n) * sizeof(int32_t);
+  iota_kernel<<<blocks_for(n), kThreads, 0, stream>>>(positions, n);
+  TANDEM_CUDA_CHECK_LAUNCH(iota_kernel);
+  TANDEM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, positions, sorted_positions, n,
+                                                    0, radix_bits(vocab), stream),
+                    -1);
+  constexpr int kWarpsPerBlock = kThreads / 32;
+  embedding_backward_rows_kernel<<<static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads, 0,
+                                   stream>>>(dtable, dout, sorted_ids, sorted_positions, n, c);
+  TANDEM_CUDA_CHECK_LAUNCH(embedding_backward_rows_kernel);
 }
 
 void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,

@@ -70,8 +70,9 @@ class DeviceScratch {
 };
 
 // The CPU kernels behind the device's pointers: each call moves its pointers back.
-// Each call also counts the kernel launches runtime/cuda/ makes for it (a cuBLAS call as
-// one; the two-pass reductions as two; layernorm_backward as three), so docs/gpu.md's
+// Each call also counts the kernel launches runtime/cuda/ makes for it (a cuBLAS or CUB
+// call as one; the two-pass reductions as two; layernorm_backward and the embedding's
+// sorted backward as three), so docs/gpu.md's
 // launches per step come from the code's real call sequence (TANDEM_EMULATED_LAUNCHES=1
 // prints them at exit). attention_* count through their pieces.
 class EmulatedKernels final : public Kernels {
@@ -81,131 +82,172 @@ class EmulatedKernels final : public Kernels {
   Device device() const override { return Device::cuda(device_); }
 
   void gemm(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
-            float alpha, float beta) override { launched();
+            float alpha, float beta) override {
+    launched();
     cpu_.gemm(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta);
   }
   void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
-                 float alpha, float beta) override { launched();
+                 float alpha, float beta) override {
+    launched();
     cpu_.gemm_bf16(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta);
   }
   void fill(float* x, int64_t n, float v) override { launched(); cpu_.fill(host_ptr(x), n, v); }
   void copy(float* d, const float* s, int64_t n) override { launched(); cpu_.copy(host_ptr(d), host_ptr(s), n); }
   void scale(float* x, int64_t n, float a) override { launched(); cpu_.scale(host_ptr(x), n, a); }
-  void axpy(float* y, const float* x, int64_t n, float a) override { launched(); cpu_.axpy(host_ptr(y), host_ptr(x), n, a); }
-  void add_bias_rows(float* y, const float* b, int64_t r, int64_t c) override { launched();
+  void axpy(float* y, const float* x, int64_t n, float a) override {
+    launched();
+    cpu_.axpy(host_ptr(y), host_ptr(x), n, a);
+  }
+  void add_bias_rows(float* y, const float* b, int64_t r, int64_t c) override {
+    launched();
     cpu_.add_bias_rows(host_ptr(y), host_ptr(b), r, c);
   }
-  void sum_rows_acc(float* o, const float* x, int64_t r, int64_t c) override { launched(2);
+  void sum_rows_acc(float* o, const float* x, int64_t r, int64_t c) override {
+    launched(2);
     cpu_.sum_rows_acc(host_ptr(o), host_ptr(x), r, c);
   }
-  void add_bias_channels(float* y, const float* b, int64_t n, int64_t c, int64_t hw) override { launched();
+  void add_bias_channels(float* y, const float* b, int64_t n, int64_t c, int64_t hw) override {
+    launched();
     cpu_.add_bias_channels(host_ptr(y), host_ptr(b), n, c, hw);
   }
-  void sum_channels_acc(float* o, const float* x, int64_t n, int64_t c, int64_t hw) override { launched(2);
+  void sum_channels_acc(float* o, const float* x, int64_t n, int64_t c, int64_t hw) override {
+    launched(2);
     cpu_.sum_channels_acc(host_ptr(o), host_ptr(x), n, c, hw);
   }
-  void relu_forward(float* y, const float* x, int64_t n) override { launched(); cpu_.relu_forward(host_ptr(y), host_ptr(x), n); }
-  void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override { launched();
+  void relu_forward(float* y, const float* x, int64_t n) override {
+    launched();
+    cpu_.relu_forward(host_ptr(y), host_ptr(x), n);
+  }
+  void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override {
+    launched();
     cpu_.relu_backward(host_ptr(dx), host_ptr(dy), host_ptr(y), n);
   }
-  void gelu_forward(float* y, const float* x, int64_t n) override { launched(); cpu_.gelu_forward(host_ptr(y), host_ptr(x), n); }
-  void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) override { launched();
+  void gelu_forward(float* y, const float* x, int64_t n) override {
+    launched();
+    cpu_.gelu_forward(host_ptr(y), host_ptr(x), n);
+  }
+  void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) override {
+    launched();
     cpu_.gelu_backward(host_ptr(dx), host_ptr(dy), host_ptr(x), n);
   }
-  void dropout_forward(float* y, float* mask, const float* x, int64_t n, float p, uint64_t seed) override { launched();
+  void dropout_forward(float* y, float* mask, const float* x, int64_t n, float p, uint64_t seed) override {
+    launched();
     cpu_.dropout_forward(host_ptr(y), host_ptr(mask), host_ptr(x), n, p, seed);
   }
-  void mul(float* y, const float* a, const float* b, int64_t n) override { launched();
+  void mul(float* y, const float* a, const float* b, int64_t n) override {
+    launched();
     cpu_.mul(host_ptr(y), host_ptr(a), host_ptr(b), n);
   }
   void im2col_batched(float* col, const float* img, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
-                      int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override { launched();
+                      int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override {
+    launched();
     cpu_.im2col_batched(host_ptr(col), host_ptr(img), n, c, h, w, kh, kw, stride, pad, oh, ow);
   }
   void col2im_batched_acc(float* img, const float* col, int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
-                          int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override { launched();
+                          int64_t kw, int64_t stride, int64_t pad, int64_t oh, int64_t ow) override {
+    launched();
     cpu_.col2im_batched_acc(host_ptr(img), host_ptr(col), n, c, h, w, kh, kw, stride, pad, oh, ow);
   }
-  void swap_leading(float* d, const float* s, int64_t a, int64_t b, int64_t inner) override { launched();
+  void swap_leading(float* d, const float* s, int64_t a, int64_t b, int64_t inner) override {
+    launched();
     cpu_.swap_leading(host_ptr(d), host_ptr(s), a, b, inner);
   }
   void maxpool_forward(float* y, int32_t* arg, const float* x, int64_t planes, int64_t h, int64_t w, int64_t k,
-                       int64_t stride, int64_t oh, int64_t ow) override { launched();
+                       int64_t stride, int64_t oh, int64_t ow) override {
+    launched();
     cpu_.maxpool_forward(host_ptr(y), host_ptr(arg), host_ptr(x), planes, h, w, k, stride, oh, ow);
   }
   void maxpool_backward(float* dx, const float* dy, const int32_t* arg, int64_t planes, int64_t h, int64_t w,
-                        int64_t oh, int64_t ow) override { launched();
+                        int64_t oh, int64_t ow) override {
+    launched();
     cpu_.maxpool_backward(host_ptr(dx), host_ptr(dy), host_ptr(arg), planes, h, w, oh, ow);
   }
   void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* g, const float* b,
-                         int64_t rows, int64_t cols, float eps) override { launched();
+                         int64_t rows, int64_t cols, float eps) override {
+    launched();
     cpu_.layernorm_forward(host_ptr(y), host_ptr(mean), host_ptr(rstd), host_ptr(x), host_ptr(g), host_ptr(b), rows,
                            cols, eps);
   }
   void layernorm_backward(float* dx, float* dg, float* db, const float* dy, const float* x, const float* g,
-                          const float* mean, const float* rstd, int64_t rows, int64_t cols) override { launched(3);
+                          const float* mean, const float* rstd, int64_t rows, int64_t cols) override {
+    launched(3);
     cpu_.layernorm_backward(host_ptr(dx), host_ptr(dg), host_ptr(db), host_ptr(dy), host_ptr(x), host_ptr(g),
                             host_ptr(mean), host_ptr(rstd), rows, cols);
   }
-  void batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s) override { launched(2);
+  void batchnorm_stats(float* stats, const float* x, int64_t n, int64_t c, int64_t s) override {
+    launched(2);
     cpu_.batchnorm_stats(host_ptr(stats), host_ptr(x), n, c, s);
   }
   void batchnorm_train_moments(float* mean, float* invstd, float* rm, float* rv, int64_t* nbt, const float* stats,
-                               int64_t c, float eps, float momentum) override { launched();
+                               int64_t c, float eps, float momentum) override {
+    launched();
     cpu_.batchnorm_train_moments(host_ptr(mean), host_ptr(invstd), host_ptr(rm), host_ptr(rv), host_ptr(nbt),
                                  host_ptr(stats), c, eps, momentum);
   }
-  void batchnorm_eval_invstd(float* invstd, const float* rv, int64_t c, float eps) override { launched();
+  void batchnorm_eval_invstd(float* invstd, const float* rv, int64_t c, float eps) override {
+    launched();
     cpu_.batchnorm_eval_invstd(host_ptr(invstd), host_ptr(rv), c, eps);
   }
   void batchnorm_forward(float* y, const float* x, const float* mean, const float* invstd, const float* w,
-                         const float* b, int64_t n, int64_t c, int64_t s) override { launched();
+                         const float* b, int64_t n, int64_t c, int64_t s) override {
+    launched();
     cpu_.batchnorm_forward(host_ptr(y), host_ptr(x), host_ptr(mean), host_ptr(invstd), host_ptr(w), host_ptr(b), n, c,
                            s);
   }
   void batchnorm_backward_sums(float* sums, const float* dy, const float* x, const float* mean, const float* invstd,
-                               int64_t n, int64_t c, int64_t s) override { launched(2);
+                               int64_t n, int64_t c, int64_t s) override {
+    launched(2);
     cpu_.batchnorm_backward_sums(host_ptr(sums), host_ptr(dy), host_ptr(x), host_ptr(mean), host_ptr(invstd), n, c,
                                  s);
   }
   void batchnorm_backward_dx(float* dx, const float* dy, const float* x, const float* mean, const float* invstd,
                              const float* w, const float* sums, const float* count, int64_t n, int64_t c,
-                             int64_t s) override { launched();
+                             int64_t s) override {
+    launched();
     cpu_.batchnorm_backward_dx(host_ptr(dx), host_ptr(dy), host_ptr(x), host_ptr(mean), host_ptr(invstd),
                                host_ptr(w), host_ptr(sums), host_ptr(count), n, c, s);
   }
   void softmax_xent_forward(float* probs, float* losses, const float* logits, const int32_t* labels, int64_t rows,
-                            int64_t classes) override { launched();
+                            int64_t classes) override {
+    launched();
     cpu_.softmax_xent_forward(host_ptr(probs), host_ptr(losses), host_ptr(logits), host_ptr(labels), rows, classes);
   }
   void softmax_xent_backward(float* dl, const float* probs, const int32_t* labels, int64_t rows, int64_t classes,
-                             float scale) override { launched();
+                             float scale) override {
+    launched();
     cpu_.softmax_xent_backward(host_ptr(dl), host_ptr(probs), host_ptr(labels), rows, classes, scale);
   }
-  void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols) override { launched();
+  void mse_forward(float* losses, const float* pred, const float* target, int64_t rows, int64_t cols) override {
+    launched();
     cpu_.mse_forward(host_ptr(losses), host_ptr(pred), host_ptr(target), rows, cols);
   }
   void mse_backward(float* dpred, const float* pred, const float* target, int64_t rows, int64_t cols,
-                    float scale) override { launched();
+                    float scale) override {
+    launched();
     cpu_.mse_backward(host_ptr(dpred), host_ptr(pred), host_ptr(target), rows, cols, scale);
   }
   void bce_logits_forward(float* losses, const float* logits, const float* target, int64_t rows,
-                          int64_t cols) override { launched();
+                          int64_t cols) override {
+    launched();
     cpu_.bce_logits_forward(host_ptr(losses), host_ptr(logits), host_ptr(target), rows, cols);
   }
   void bce_logits_backward(float* dl, const float* logits, const float* target, int64_t rows, int64_t cols,
-                           float scale) override { launched();
+                           float scale) override {
+    launched();
     cpu_.bce_logits_backward(host_ptr(dl), host_ptr(logits), host_ptr(target), rows, cols, scale);
   }
-  int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override { launched();
+  int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) override {
+    launched();
     return cpu_.count_correct(host_ptr(logits), host_ptr(labels), rows, classes);
   }
   double sum(const float* x, int64_t n) override { launched(2); return cpu_.sum(host_ptr(x), n); }
-  void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c) override { launched();
+  void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n, int64_t c) override {
+    launched();
     cpu_.embedding_forward(host_ptr(out), host_ptr(table), host_ptr(ids), n, c);
   }
   void embedding_backward_acc(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t c,
-                              int64_t vocab) override { launched();
+                              int64_t vocab) override {
+    launched(3);
     cpu_.embedding_backward_acc(host_ptr(dtable), host_ptr(dout), host_ptr(ids), n, c, vocab);
   }
   // A GPU's attention: the batched composition over this device's primitives below, on
@@ -222,41 +264,52 @@ class EmulatedKernels final : public Kernels {
   }
   void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool ta,
                             bool tb, float alpha, float beta, int64_t batch, int64_t sa, int64_t sb,
-                            int64_t sc) override { launched();
+                            int64_t sc) override {
+    launched();
     cpu_.gemm_strided_batched(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta, batch, sa, sb, sc);
   }
   void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
-                   int64_t nh) override { launched();
+                   int64_t nh) override {
+    launched();
     cpu_.split_heads(host_ptr(heads), host_ptr(x), parts, b, t, c, nh);
   }
   void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c,
-                   int64_t nh) override { launched();
+                   int64_t nh) override {
+    launched();
     cpu_.merge_heads(host_ptr(x), host_ptr(heads), parts, b, t, c, nh);
   }
-  void causal_softmax_forward(float* att, int64_t rows, int64_t t) override { launched();
+  void causal_softmax_forward(float* att, int64_t rows, int64_t t) override {
+    launched();
     cpu_.causal_softmax_forward(host_ptr(att), rows, t);
   }
-  void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t) override { launched();
+  void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t) override {
+    launched();
     cpu_.causal_softmax_backward(host_ptr(datt), host_ptr(att), rows, t);
   }
-  void gelu_tanh_forward(float* y, const float* x, int64_t n) override { launched();
+  void gelu_tanh_forward(float* y, const float* x, int64_t n) override {
+    launched();
     cpu_.gelu_tanh_forward(host_ptr(y), host_ptr(x), n);
   }
-  void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) override { launched();
+  void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n) override {
+    launched();
     cpu_.gelu_tanh_backward(host_ptr(dx), host_ptr(dy), host_ptr(x), n);
   }
-  void sum_squares_acc(double* out, const float* x, int64_t n) override { launched(2);
+  void sum_squares_acc(double* out, const float* x, int64_t n) override {
+    launched(2);
     cpu_.sum_squares_acc(host_ptr(out), host_ptr(x), n);
   }
-  void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm) override { launched();
+  void clip_scale(float* x, int64_t n, const double* sum_sq, int64_t parts, float max_norm) override {
+    launched();
     cpu_.clip_scale(host_ptr(x), n, host_ptr(sum_sq), parts, max_norm);
   }
   void sgd_update(float* p, float* buf, const float* g, int64_t n, float lr, float momentum, float wd, bool nesterov,
-                  bool first) override { launched();
+                  bool first) override {
+    launched();
     cpu_.sgd_update(host_ptr(p), host_ptr(buf), host_ptr(g), n, lr, momentum, wd, nesterov, first);
   }
   void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, float lr, float b1, float b2, float eps,
-                    float wd, int64_t step) override { launched();
+                    float wd, int64_t step) override {
+    launched();
     cpu_.adamw_update(host_ptr(p), host_ptr(m), host_ptr(v), host_ptr(g), n, lr, b1, b2, eps, wd, step);
   }
   // The multi-tensor calls: the CPU's (a loop over the single-tensor kernels, so the same
@@ -283,14 +336,27 @@ class EmulatedKernels final : public Kernels {
     const std::vector<UpdateSpan> host = on_host(ts, count);
     cpu_.adamw_update_multi(host.data(), count, lr, b1, b2, eps, step);
   }
-  void f32_to_f16(uint16_t* d, const float* s, int64_t n) override { launched(); cpu_.f32_to_f16(host_ptr(d), host_ptr(s), n); }
-  void f16_to_f32(float* d, const uint16_t* s, int64_t n) override { launched(); cpu_.f16_to_f32(host_ptr(d), host_ptr(s), n); }
-  void f32_to_bf16(uint16_t* d, const float* s, int64_t n) override { launched(); cpu_.f32_to_bf16(host_ptr(d), host_ptr(s), n); }
-  void bf16_to_f32(float* d, const uint16_t* s, int64_t n) override { launched(); cpu_.bf16_to_f32(host_ptr(d), host_ptr(s), n); }
+  void f32_to_f16(uint16_t* d, const float* s, int64_t n) override {
+    launched();
+    cpu_.f32_to_f16(host_ptr(d), host_ptr(s), n);
+  }
+  void f16_to_f32(float* d, const uint16_t* s, int64_t n) override {
+    launched();
+    cpu_.f16_to_f32(host_ptr(d), host_ptr(s), n);
+  }
+  void f32_to_bf16(uint16_t* d, const float* s, int64_t n) override {
+    launched();
+    cpu_.f32_to_bf16(host_ptr(d), host_ptr(s), n);
+  }
+  void bf16_to_f32(float* d, const uint16_t* s, int64_t n) override {
+    launched();
+    cpu_.bf16_to_f32(host_ptr(d), host_ptr(s), n);
+  }
   void synchronize() override {}
   std::shared_ptr<TimeMark> mark() override { return cpu_.mark(); }
   double elapsed_ms(const TimeMark& from, const TimeMark& to) override { return cpu_.elapsed_ms(from, to); }
-  std::shared_ptr<PendingValue> sum_later(const float* x, int64_t n) override { launched(2);
+  std::shared_ptr<PendingValue> sum_later(const float* x, int64_t n) override {
+    launched(2);
     return cpu_.sum_later(host_ptr(x), n);
   }
 

@@ -1,6 +1,6 @@
 // CUDA kernels against the CPU kernels, part 2: im2col/col2im, max pooling, layer norm,
 // softmax cross-entropy, the regression losses (MSE, BCE with logits) and the optimizer
-// updates.
+// updates (per tensor and multi-tensor).
 // Tolerances, and why:
 //   im2col, col2im_acc   bit-exact: copies, and per pixel the same additions in the same order
 //   (batched forms too), swap_leading bit-exact (a copy)
@@ -27,6 +27,7 @@
 //                        on both: expected bit-exact; the ulp is slack, not a known difference)
 // Sizes: rows and planes that leave warps idle, rows past the dgamma chunk cap, 1 class,
 // kernels that are not square.
+#include <bit>
 #include <tuple>
 #include <utility>
 
@@ -353,6 +354,60 @@ TEST_F(CudaKernelsNN, AdamW) {
     expect_ulps(download(dm), m, 1, what + " m");
     expect_ulps(download(dv), v, 1, what + " v");
   }
+}
+
+// The optimizer's multi-tensor path: 300 tensors (three tables of up to 128 on CUDA, the
+// last partial) of sizes from 1 to past a block, updated through one call each, against
+// the CPU's per-tensor kernels: AdamW within 1 ulp (as above, per tensor), the squared
+// norm to double rounding, and clipping bit for bit (one coefficient, one product each).
+TEST_F(CudaKernelsNN, MultiTensorUpdatesAndClippingMatchPerTensor) {
+  constexpr int kTensors = 300;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < kTensors; ++i) sizes.push_back(1 + (static_cast<int64_t>(i) * 977) % 3001);
+  std::vector<std::vector<float>> p, m, v, g;
+  std::vector<Tensor> dp, dm, dv, dg;
+  for (int i = 0; i < kTensors; ++i) {
+    const auto n = static_cast<size_t>(sizes[i]);
+    p.push_back(randn(n, 100 + i)), m.push_back(std::vector<float>(n, 0.f)), v.push_back(std::vector<float>(n, 0.f));
+    g.push_back(randn(n, 500 + i, 3.f));
+    dp.push_back(upload(p[i])), dm.push_back(upload(m[i])), dv.push_back(upload(v[i])), dg.push_back(upload(g[i]));
+  }
+  // Clipping first: the norm of every gradient, then the scale (max_norm well below it).
+  double cpu_sq = 0.0;
+  for (int i = 0; i < kTensors; ++i) cpu_k().sum_squares_acc(&cpu_sq, g[i].data(), sizes[i]);
+  std::vector<Kernels::Span> spans;
+  for (int i = 0; i < kTensors; ++i) spans.push_back({dg[i].f32(), sizes[i]});
+  Tensor dsq = Tensor::zeros({1}, DType::i64, gpu_k().device());  // one double's bits
+  gpu_k().sum_squares_acc_multi(static_cast<double*>(dsq.raw()), spans.data(), kTensors);
+  const double gpu_sq = std::bit_cast<double>(download<int64_t>(dsq)[0]);
+  EXPECT_NEAR(gpu_sq, cpu_sq, 1e-12 * cpu_sq) << "sum_squares_acc_multi";
+  Tensor dcpu_sq = upload(std::vector<int64_t>{std::bit_cast<int64_t>(cpu_sq)}, DType::i64);
+  for (int i = 0; i < kTensors; ++i) cpu_k().clip_scale(g[i].data(), sizes[i], &cpu_sq, 1, 1.0f);
+  gpu_k().clip_scale_multi(spans.data(), kTensors, static_cast<const double*>(dcpu_sq.raw()), 1, 1.0f);
+  for (int i = 0; i < kTensors; i += 37) expect_bitwise(download(dg[i]), g[i], "clip_scale_multi " + std::to_string(i));
+  // AdamW, decay on every other tensor, three steps.
+  std::vector<Kernels::UpdateSpan> updates;
+  for (int i = 0; i < kTensors; ++i)
+    updates.push_back({dp[i].f32(), dm[i].f32(), dv[i].f32(), dg[i].f32(), sizes[i], i % 2 ? 0.1f : 0.f});
+  for (int64_t step = 1; step <= 3; ++step) {
+    for (int i = 0; i < kTensors; ++i)
+      cpu_k().adamw_update(p[i].data(), m[i].data(), v[i].data(), g[i].data(), sizes[i], 1e-3f, 0.9f, 0.99f, 1e-8f,
+                           i % 2 ? 0.1f : 0.f, step);
+    gpu_k().adamw_update_multi(updates.data(), kTensors, 1e-3f, 0.9f, 0.99f, 1e-8f, step);
+  }
+  for (int i = 0; i < kTensors; i += 13) {
+    expect_ulps(download(dp[i]), p[i], 1, "adamw_update_multi param " + std::to_string(i));
+    expect_ulps(download(dm[i]), m[i], 1, "adamw_update_multi m " + std::to_string(i));
+  }
+  // SGD with momentum and L2 decay over the same tensors, m as the momentum buffer.
+  for (Kernels::UpdateSpan& u : updates) u.weight_decay = 1e-2f;
+  for (int step = 0; step < 2; ++step) {
+    for (int i = 0; i < kTensors; ++i)
+      cpu_k().sgd_update(p[i].data(), m[i].data(), g[i].data(), sizes[i], 0.05f, 0.9f, 1e-2f, true, step == 0);
+    gpu_k().sgd_update_multi(updates.data(), kTensors, 0.05f, 0.9f, true, step == 0);
+  }
+  for (int i = 0; i < kTensors; i += 13)
+    expect_close(download(dp[i]), p[i], 1e-6, 1e-7, "sgd_update_multi param " + std::to_string(i));
 }
 
 }  // namespace
