@@ -32,8 +32,8 @@ struct Flags {
   bool no_prefetch = false;
 };
 
-// Every flag of docs/reference.md's tandem-train, with its help text and accepted names.
-void add_flags(CLI::App& app, Flags& f) {
+// The model's flags: which model, and each model's own shape options.
+void add_model_flags(CLI::App& app, Flags& f) {
   TrainConfig& c = f.c;
   const auto names = [](std::initializer_list<std::string> v) { return CLI::IsMember(std::vector<std::string>(v)); };
 
@@ -61,6 +61,14 @@ void add_flags(CLI::App& app, Flags& f) {
   f.checkpointing = app.add_flag("--activation-checkpointing", c.activation_checkpointing,
                                  "gpt (per block), resnet (per stage): keep only each one's input in forward and "
                                  "recompute its activations in backward (less memory, one more forward)");
+}
+
+// Every flag of docs/reference.md's tandem-train, with its help text and accepted names.
+void add_flags(CLI::App& app, Flags& f) {
+  TrainConfig& c = f.c;
+  const auto names = [](std::initializer_list<std::string> v) { return CLI::IsMember(std::vector<std::string>(v)); };
+
+  add_model_flags(app, f);
   app.add_option("--data", c.data,
                  "Data set: fashion-mnist, synthetic (images), shakespeare (tiny Shakespeare, shipped in the "
                  "repository, its sha256 checked) or text:PATH (any text file; byte-level vocabulary; "
