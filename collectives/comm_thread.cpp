@@ -2,6 +2,7 @@
 #include "collectives/comm_thread.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 
 #include <future>
@@ -77,6 +78,13 @@ void CommThread::run_inline(const Task& fn) {
 }
 
 void CommThread::loop(std::shared_ptr<State> state) {
+  // A socket backend's write to a peer that is gone (Gloo writes with writev) then fails
+  // with EPIPE, so the collective fails as for any lost peer, instead of SIGPIPE killing
+  // the process: an elastic job's surviving ranks must live to join the next generation.
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
   std::unique_lock<std::mutex> lock(state->mutex);
   for (;;) {
     // Idle: the caller usually issues the next op within microseconds (a loop of small

@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <unistd.h>
@@ -91,6 +93,36 @@ std::string local_address_towards(const std::string& master_addr) {
   return out;
 }
 
+// Blocks SIGPIPE in the calling thread for its lifetime, then restores the mask.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, &before_);
+  }
+  ~SigpipeBlocked() {
+    // A SIGPIPE raised meanwhile stays pending in this thread: taken here, while still
+    // blocked, it cannot kill the process once the mask is restored.
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) == 1 && sigismember(&before_, SIGPIPE) != 1) {
+      sigset_t pipe_signal;
+      sigemptyset(&pipe_signal);
+      sigaddset(&pipe_signal, SIGPIPE);
+      const timespec now{0, 0};
+      sigtimedwait(&pipe_signal, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t before_;
+};
+
 std::shared_ptr<gloo::transport::Device> make_device(const std::string& master_addr) {
   gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("TANDEM_GLOO_IFNAME"); iface && *iface) {
@@ -158,6 +190,11 @@ ProcessGroupGloo::ProcessGroupGloo(const BackendArgs& args)
       round_bytes_(round_bytes_from_env()),
       peak_temporary_(std::make_shared<PeakBytes>()) {
   if (!args.store) throw CollectiveError("the gloo backend needs a store to connect its ranks");
+  // SIGPIPE blocked while the device starts its I/O thread (which inherits the mask) and
+  // the pairs connect: Gloo writes with writev, and a write to a peer that is gone must
+  // fail the collective with EPIPE, not kill the process (ops run on the communication
+  // thread, which blocks it too).
+  const SigpipeBlocked blocked;
   try {
     auto device = make_device(args.master_addr);
     auto context = std::make_shared<gloo::rendezvous::Context>(args.rank, args.size);

@@ -2,6 +2,10 @@
 // reductions, environment parsing, the ProcessGroup contract (argument checks,
 // sequence numbers, unsupported ops) on a fake backend, and the comm thread's order
 // and broken-group behaviour. Multi-process behaviour is in worker.cpp.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <future>
@@ -298,6 +302,27 @@ TEST(CompletionWork, KnowsWhenItFinished) {
   ASSERT_TRUE(work.completed_at().has_value());
   EXPECT_GE(*work.completed_at(), before);
   EXPECT_LE(*work.completed_at(), after);
+}
+
+TEST(CommThread, AWriteToAPeerThatIsGoneFailsTheOpAndDoesNotKillTheProcess) {
+  // Gloo writes with writev: on a socket whose other end is closed that raises SIGPIPE,
+  // whose default action would kill this process (an elastic job's survivor with it).
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  close(pair[1]);
+  CommThread thread("test");
+  Collective c;
+  c.seq = 1;
+  auto work = std::make_shared<CompletionWork>(c, seconds(5), nullptr);
+  const int fd = pair[0];
+  thread.submit(work, [fd] {
+    const char byte = 1;
+    if (write(fd, &byte, 1) < 0) throw std::runtime_error(std::string("write: ") + std::strerror(errno));
+  });
+  EXPECT_THROW(work->wait(seconds(10)), std::runtime_error);
+  EXPECT_EQ(work->error_message(), std::string("write: ") + std::strerror(EPIPE));
+  EXPECT_FALSE(thread.shutdown(seconds(10)));
+  close(fd);
 }
 
 TEST(CommThread, WaitTimeoutReportsThroughTheGroup) {
