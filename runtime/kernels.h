@@ -167,6 +167,15 @@ class Kernels {
   virtual void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
                                     bool trans_a, bool trans_b, float alpha, float beta, int64_t batch,
                                     int64_t stride_a, int64_t stride_b, int64_t stride_c) = 0;
+  // The same with bf16 operands and f32 products, sums and output, as gemm_bf16 (attention's
+  // products under --precision bf16). The default runs gemm_bf16 once per matrix (the CPU's
+  // path); a GPU overrides it with one batched call.
+  virtual void gemm_strided_batched_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N,
+                                         int64_t K, bool trans_a, bool trans_b, float alpha, float beta,
+                                         int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+    for (int64_t i = 0; i < batch; ++i)
+      gemm_bf16(C + i * stride_c, A + i * stride_a, B + i * stride_b, M, N, K, trans_a, trans_b, alpha, beta);
+  }
   // heads (P, B, NH, T, HS) = x (B, T, P, NH, HS) with HS = C / NH: P = 3 parts for qkv,
   // 1 for an output; merge_heads is its inverse. Both overwrite; heads != x.
   virtual void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,

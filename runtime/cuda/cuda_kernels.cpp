@@ -420,14 +420,14 @@ void check_attention_shape(const char* what, int64_t c, int64_t nh) {
 void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
                                     int64_t nh) {
   check_attention_shape("attention_forward", c, nh);
-  Scratch scratch(ctx_.allocator, batched_attention_scratch(b, t, c, false) * sizeof(float));
+  Scratch scratch(ctx_.allocator, batched_attention_scratch(b, t, c, nh, false) * sizeof(float));
   batched_attention_forward(*this, out, att, qkv, scratch.as<float>(), b, t, c, nh);
 }
 
 void CudaKernels::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                                      int64_t b, int64_t t, int64_t c, int64_t nh) {
   check_attention_shape("attention_backward", c, nh);
-  Scratch scratch(ctx_.allocator, batched_attention_scratch(b, t, c, true) * sizeof(float));
+  Scratch scratch(ctx_.allocator, batched_attention_scratch(b, t, c, nh, true) * sizeof(float));
   batched_attention_backward(*this, dqkv, datt, dout, qkv, att, scratch.as<float>(), b, t, c, nh);
 }
 
@@ -447,6 +447,26 @@ void CudaKernels::gemm_strided_batched(float* C, const float* A, const float* B,
   TANDEM_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, ldb,
                                                 stride_b, A, lda, stride_a, &beta, C, n, stride_c, count),
+                      ctx_.device);
+}
+
+void CudaKernels::gemm_strided_batched_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N,
+                                            int64_t K, bool trans_a, bool trans_b, float alpha, float beta,
+                                            int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  if (batch <= 0 || M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < batch; ++i) empty_product(*this, C + i * stride_c, M, N, K, beta);
+    return;
+  }
+  const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K"), count = blas_dim(batch, "batch");
+  ensure_current(ctx_.device);
+  // gemm_strided_batched's operand swap; gemm_bf16's types (f32 products and sums).
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  TANDEM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, CUDA_R_16BF,
+                                                 ldb, stride_b, A, CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_32F, n,
+                                                 stride_c, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                       ctx_.device);
 }
 

@@ -94,6 +94,10 @@ class CudaKernels final : public Kernels {
   void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
                             bool trans_b, float alpha, float beta, int64_t batch, int64_t stride_a, int64_t stride_b,
                             int64_t stride_c) override;
+  // cublasGemmStridedBatchedEx: bf16 operands, f32 output, CUBLAS_COMPUTE_32F (as gemm_bf16).
+  void gemm_strided_batched_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                                 bool trans_a, bool trans_b, float alpha, float beta, int64_t batch,
+                                 int64_t stride_a, int64_t stride_b, int64_t stride_c) override;
   void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
                    int64_t nh) override;
   void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c,

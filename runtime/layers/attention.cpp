@@ -3,10 +3,23 @@
 
 #include <stdexcept>
 
+#include "runtime/batched_attention.h"
 #include "runtime/kernels.h"
 #include "runtime/layers/layer_util.h"
 
 namespace tandem {
+
+namespace {
+
+// Under bf16 every device runs the batched composition with bf16 products (the CPU's fused
+// kernel is f32 only), on scratch that lives for the call (on a GPU: back to the caching
+// allocator at once, as the device's own attention scratch).
+Tensor attention_scratch(int64_t b, int64_t t, int64_t c, int64_t nh, bool backward, Device device) {
+  return Tensor::empty({static_cast<int64_t>(batched_attention_scratch(b, t, c, nh, backward, Precision::bf16))},
+                       DType::f32, device);
+}
+
+}  // namespace
 
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, float dropout, uint64_t dropout_seed)
     : n_embd_(n_embd), n_head_(n_head) {
@@ -26,7 +39,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor qkv = qkv_->forward(x);
   Tensor att = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
   Tensor out = reuse_buffer(out_cache_, {b, t, n_embd_}, device_);
-  kernels_for(device_).attention_forward(out.f32(), att.f32(), qkv.f32(), b, t, n_embd_, n_head_);
+  Kernels& k = kernels_for(device_);
+  if (precision() == Precision::bf16) {
+    Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, false, device_);
+    batched_attention_forward(k, out.f32(), att.f32(), qkv.f32(), scratch.f32(), b, t, n_embd_, n_head_,
+                              Precision::bf16);
+  } else {
+    k.attention_forward(out.f32(), att.f32(), qkv.f32(), b, t, n_embd_, n_head_);
+  }
   if (training_) qkv_out_ = qkv, att_ = att;  // evaluation keeps nothing for a backward
   Tensor y = proj_->forward(out);
   return drop_ ? drop_->forward(y) : y;
@@ -39,8 +59,14 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   Tensor dout = backward_child(*proj_, g);
   Tensor dqkv = reuse_buffer(dqkv_cache_, qkv_out_.shape(), device_);
   Tensor datt = reuse_buffer(datt_cache_, att_.shape(), device_);
-  kernels_for(device_).attention_backward(dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), b, t,
-                                          n_embd_, n_head_);
+  Kernels& k = kernels_for(device_);
+  if (precision() == Precision::bf16) {
+    Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, true, device_);
+    batched_attention_backward(k, dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), scratch.f32(), b,
+                               t, n_embd_, n_head_, Precision::bf16);
+  } else {
+    k.attention_backward(dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), b, t, n_embd_, n_head_);
+  }
   qkv_out_ = Tensor();
   att_ = Tensor();
   return backward_child(*qkv_, dqkv);

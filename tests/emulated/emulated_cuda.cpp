@@ -254,12 +254,12 @@ class EmulatedKernels final : public Kernels {
   // scratch from this device, so CI runs the steps runtime/cuda/ runs.
   void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
                          int64_t nh) override {
-    DeviceScratch scratch(batched_attention_scratch(b, t, c, false) * sizeof(float), device_);
+    DeviceScratch scratch(batched_attention_scratch(b, t, c, nh, false) * sizeof(float), device_);
     batched_attention_forward(*this, out, att, qkv, scratch.f32(), b, t, c, nh);
   }
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int64_t b,
                           int64_t t, int64_t c, int64_t nh) override {
-    DeviceScratch scratch(batched_attention_scratch(b, t, c, true) * sizeof(float), device_);
+    DeviceScratch scratch(batched_attention_scratch(b, t, c, nh, true) * sizeof(float), device_);
     batched_attention_backward(*this, dqkv, datt, dout, qkv, att, scratch.f32(), b, t, c, nh);
   }
   void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool ta,
@@ -267,6 +267,13 @@ class EmulatedKernels final : public Kernels {
                             int64_t sc) override {
     launched();
     cpu_.gemm_strided_batched(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta, batch, sa, sb, sc);
+  }
+  void gemm_strided_batched_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                                 bool ta, bool tb, float alpha, float beta, int64_t batch, int64_t sa, int64_t sb,
+                                 int64_t sc) override {
+    launched();
+    cpu_.gemm_strided_batched_bf16(host_ptr(C), host_ptr(A), host_ptr(B), M, N, K, ta, tb, alpha, beta, batch, sa, sb,
+                                   sc);
   }
   void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
                    int64_t nh) override {

@@ -1,12 +1,13 @@
 // bf16 mixed precision on CUDA against the CPU (docs/precision.md): cuBLAS's bf16 GEMM
 // (cublasGemmEx, f32 compute) against the CPU's bf16 GEMM on the same bf16 operands, for
-// every transposition and beta; then Linear and Conv2d under Precision::bf16 on both.
+// every transposition and beta; then Linear, Conv2d and attention under Precision::bf16 on both.
 // Tolerances: both devices form the same exact products of bf16 values and sum them in
 // f32 in different orders, so GEMM outputs agree within 2e-5 x sum|a b| (expect_scaled),
 // and layers within 1e-4 x max|value| as the f32 layers do (test_cuda_layers.cpp).
 #include <functional>
 #include <memory>
 
+#include "runtime/layers/attention.h"
 #include "runtime/layers/conv2d.h"
 #include "runtime/layers/linear.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -77,17 +78,27 @@ std::vector<std::vector<float>> run_bf16(const std::function<std::unique_ptr<Mod
 }
 
 TEST_F(CudaBf16, LayersMatchTheCpuUnderBf16) {
-  const std::pair<std::string, std::function<std::unique_ptr<Module>()>> layers[] = {
-      {"Linear(300, 70)", [] { return std::make_unique<Linear>(300, 70); }},
-      {"Conv2d(3, 16, 3, 1, 1)", [] { return std::make_unique<Conv2d>(3, 16, 3, 1, 1); }},
+  // Attention under bf16 is the batched composition on both devices (cuBLAS's
+  // GemmStridedBatchedEx here, gemm_bf16 per head on the CPU); att and dpre are rounded to
+  // bf16 after f32 sums in different orders, so an element may round one bf16 ulp apart:
+  // a looser bound than the GEMM layers'.
+  struct Case {
+    std::string name;
+    std::function<std::unique_ptr<Module>()> make;
+    Shape x;
+    double tol;
   };
-  const Shape shapes[] = {{33, 300}, {4, 3, 12, 12}};
-  for (size_t i = 0; i < 2; ++i) {
-    SCOPED_TRACE(layers[i].first);
-    const auto c = run_bf16(layers[i].second, Device::cpu(), shapes[i]);
-    const auto g = run_bf16(layers[i].second, gpu(), shapes[i]);
+  const Case cases[] = {
+      {"Linear(300, 70)", [] { return std::make_unique<Linear>(300, 70); }, {33, 300}, 1e-4},
+      {"Conv2d(3, 16, 3, 1, 1)", [] { return std::make_unique<Conv2d>(3, 16, 3, 1, 1); }, {4, 3, 12, 12}, 1e-4},
+      {"CausalSelfAttention(48, 6)", [] { return std::make_unique<CausalSelfAttention>(48, 6); }, {3, 20, 48}, 2e-3},
+  };
+  for (const Case& l : cases) {
+    SCOPED_TRACE(l.name);
+    const auto c = run_bf16(l.make, Device::cpu(), l.x);
+    const auto g = run_bf16(l.make, gpu(), l.x);
     ASSERT_EQ(c.size(), g.size());
-    for (size_t j = 0; j < c.size(); ++j) expect_normwise(g[j], c[j], 1e-4, layers[i].first + " value " + std::to_string(j));
+    for (size_t j = 0; j < c.size(); ++j) expect_normwise(g[j], c[j], l.tol, l.name + " value " + std::to_string(j));
   }
 }
 

@@ -63,8 +63,8 @@ TEST_P(BatchedAttention, EqualsTheFusedCpuKernel) {
   k.attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), b, t, c, nh);
 
   std::vector<float> out2(btc, -1.f), att2(att_n, -1.f), dqkv2(3 * btc, -1.f), datt2(att_n, -1.f);
-  std::vector<float> scratch(batched_attention_scratch(b, t, c, true), -1.f);
-  ASSERT_GE(scratch.size(), batched_attention_scratch(b, t, c, false));
+  std::vector<float> scratch(batched_attention_scratch(b, t, c, nh, true), -1.f);
+  ASSERT_GE(scratch.size(), batched_attention_scratch(b, t, c, nh, false));
   batched_attention_forward(k, out2.data(), att2.data(), qkv.data(), scratch.data(), b, t, c, nh);
   batched_attention_backward(k, dqkv2.data(), datt2.data(), dout.data(), qkv.data(), att2.data(), scratch.data(), b,
                              t, c, nh);
@@ -91,6 +91,74 @@ TEST(BatchedAttention, HeadPermutesAreInverse) {
             x[static_cast<size_t>(((bi * t + ti) * parts + p) * c + h * hs + d)]);
   k.merge_heads(back.data(), heads.data(), parts, b, t, c, nh);
   EXPECT_TRUE(same_bits(x, back));
+}
+
+// Under bf16 the products take bf16 operands: small integers are exact in bf16 and every
+// product and sum of them exact in f32, so each batched result is the integer one, whatever
+// the order of the sums; transposes, strides (with a gap between matrices) and beta as
+// gemm_strided_batched's.
+TEST(BatchedAttention, Bf16BatchedGemmIsExactOnIntegers) {
+  Kernels& k = cpu::kernels();
+  const int64_t m = 3, n = 5, kk = 4, batch = 3, sa = m * kk + 2, sb = kk * n + 1, sc = m * n + 3;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      std::vector<float> a(static_cast<size_t>(batch * sa)), b(static_cast<size_t>(batch * sb));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 11) - 5);
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 5 % 9) - 4);
+      std::vector<uint16_t> a16(a.size()), b16(b.size());
+      k.f32_to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+      k.f32_to_bf16(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+      std::vector<float> c(static_cast<size_t>(batch * sc), 1.f);
+      k.gemm_strided_batched_bf16(c.data(), a16.data(), b16.data(), m, n, kk, ta, tb, 2.f, 1.f, batch, sa, sb, sc);
+      for (int64_t i = 0; i < batch; ++i) {
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t col = 0; col < n; ++col) {
+            double want = 1.0;  // beta 1 times the 1 it held
+            for (int64_t x = 0; x < kk; ++x) {
+              const double av = a[static_cast<size_t>(i * sa + (ta ? x * m + r : r * kk + x))];
+              const double bv = b[static_cast<size_t>(i * sb + (tb ? col * kk + x : x * n + col))];
+              want += 2.0 * av * bv;
+            }
+            ASSERT_EQ(c[static_cast<size_t>(i * sc + r * n + col)], static_cast<float>(want))
+                << "ta " << ta << " tb " << tb << " matrix " << i << " (" << r << ", " << col << ")";
+          }
+        }
+        for (int64_t g = m * n; g < sc && i * sc + g < static_cast<int64_t>(c.size()); ++g)
+          ASSERT_EQ(c[static_cast<size_t>(i * sc + g)], 1.f) << "the gap after matrix " << i << " was written";
+      }
+    }
+  }
+}
+
+// The composition under bf16 (attention's products on bf16 operands, softmax in f32) stays
+// within bf16's rounding of the f32 composition (relative 2^-8 per operand, a few such
+// errors per value), keeps the exact zeros past the diagonal, and does differ from f32
+// (so the bf16 products did run).
+TEST_P(BatchedAttention, Bf16ProductsStayWithinBf16RoundingOfFp32) {
+  const auto [b, t, c, nh] = GetParam();
+  Kernels& k = cpu::kernels();
+  const size_t btc = static_cast<size_t>(b * t * c), att_n = static_cast<size_t>(b * nh * t * t);
+  const std::vector<float> qkv = randn(3 * btc, 4), dout = randn(btc, 5);
+  std::vector<float> out(btc), att(att_n), dqkv(3 * btc), datt(att_n);
+  std::vector<float> out16(btc), att16(att_n), dqkv16(3 * btc), datt16(att_n);
+  std::vector<float> scratch(batched_attention_scratch(b, t, c, nh, true, Precision::bf16), -1.f);
+  ASSERT_GE(scratch.size(), batched_attention_scratch(b, t, c, nh, false, Precision::bf16));
+  ASSERT_GT(scratch.size(), batched_attention_scratch(b, t, c, nh, true));
+  batched_attention_forward(k, out.data(), att.data(), qkv.data(), scratch.data(), b, t, c, nh);
+  batched_attention_backward(k, dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), scratch.data(), b, t,
+                             c, nh);
+  batched_attention_forward(k, out16.data(), att16.data(), qkv.data(), scratch.data(), b, t, c, nh, Precision::bf16);
+  batched_attention_backward(k, dqkv16.data(), datt16.data(), dout.data(), qkv.data(), att16.data(), scratch.data(),
+                             b, t, c, nh, Precision::bf16);
+  constexpr double kBf16Tol = 5e-2;
+  EXPECT_LE(max_rel_diff(att, att16), kBf16Tol) << "att";
+  EXPECT_LE(max_rel_diff(out, out16), kBf16Tol) << "out";
+  EXPECT_LE(max_rel_diff(dqkv, dqkv16), kBf16Tol) << "dqkv";
+  if (t > 1) {
+    EXPECT_FALSE(same_bits(dqkv, dqkv16)) << "bf16 gave f32's bits: its products did not run";
+  }
+  for (int64_t r = 0; r < b * nh * t; ++r)
+    for (int64_t j = r % t + 1; j < t; ++j) ASSERT_EQ(att16[static_cast<size_t>(r * t + j)], 0.f);
 }
 
 }  // namespace
