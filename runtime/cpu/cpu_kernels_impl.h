@@ -127,6 +127,12 @@ class CpuKernels final : public Kernels {
   void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
                             bool trans_b, float alpha, float beta, int64_t batch, int64_t stride_a, int64_t stride_b,
                             int64_t stride_c) override;
+  // Attention's per-head products under bf16: each operand widened to f32 once for all
+  // matrices (exact), then gemm_strided_batched: per matrix, bit for bit gemm_bf16's
+  // fallback path, which beats the native kernel at these small shapes (docs/precision.md).
+  void gemm_strided_batched_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                                 bool trans_a, bool trans_b, float alpha, float beta, int64_t batch,
+                                 int64_t stride_a, int64_t stride_b, int64_t stride_c) override;
   void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t t, int64_t c,
                    int64_t nh) override;
   void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c,

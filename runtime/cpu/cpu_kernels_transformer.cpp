@@ -237,6 +237,19 @@ void CpuKernels::gemm_strided_batched(float* C, const float* A, const float* B, 
     gemm(C + i * stride_c, A + i * stride_a, B + i * stride_b, M, N, K, trans_a, trans_b, alpha, beta);
 }
 
+void CpuKernels::gemm_strided_batched_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N,
+                                           int64_t K, bool trans_a, bool trans_b, float alpha, float beta,
+                                           int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  if (batch <= 0 || M == 0 || N == 0) return;
+  // The elements the matrices span: the last one's start plus its size.
+  const int64_t span_a = (batch - 1) * stride_a + M * K, span_b = (batch - 1) * stride_b + K * N;
+  std::vector<float> a(static_cast<size_t>(span_a)), b(static_cast<size_t>(span_b));
+  bf16_to_f32(a.data(), A, span_a);
+  bf16_to_f32(b.data(), B, span_b);
+  gemm_strided_batched(C, a.data(), b.data(), M, N, K, trans_a, trans_b, alpha, beta, batch, stride_a, stride_b,
+                       stride_c);
+}
+
 namespace {
 // heads (P, B, NH, T, HS) <-> x (B, T, P, NH, HS), one HS-float run at a time.
 template <bool kToHeads>

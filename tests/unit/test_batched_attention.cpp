@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/batched_attention.h"
+#include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/cpu_kernels.h"
 
 namespace tandem {
@@ -126,6 +127,28 @@ TEST(BatchedAttention, Bf16BatchedGemmIsExactOnIntegers) {
         for (int64_t g = m * n; g < sc && i * sc + g < static_cast<int64_t>(c.size()); ++g)
           ASSERT_EQ(c[static_cast<size_t>(i * sc + g)], 1.f) << "the gap after matrix " << i << " was written";
       }
+    }
+  }
+}
+
+// The CPU's batched bf16 product is, matrix by matrix, gemm_bf16's fallback path bit for
+// bit (both widen exactly and call the same sgemm), on random values.
+TEST(BatchedAttention, CpuBf16BatchedGemmIsTheFallbackPathPerMatrix) {
+  Kernels& k = cpu::kernels();
+  const int64_t m = 17, n = 9, kk = 33, batch = 4, sa = m * kk, sb = kk * n + 5, sc = m * n;
+  std::vector<uint16_t> a16(static_cast<size_t>(batch * sa)), b16(static_cast<size_t>(batch * sb));
+  const std::vector<float> a = randn(a16.size(), 8), b = randn(b16.size(), 9);
+  const std::vector<float> c0 = randn(static_cast<size_t>(batch * sc), 10);
+  k.f32_to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+  k.f32_to_bf16(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      std::vector<float> got = c0, want = c0;
+      k.gemm_strided_batched_bf16(got.data(), a16.data(), b16.data(), m, n, kk, ta, tb, 0.5f, 1.f, batch, sa, sb, sc);
+      for (int64_t i = 0; i < batch; ++i)
+        cpu::gemm_bf16(cpu::Bf16GemmPath::fallback, want.data() + i * sc, a16.data() + i * sa, b16.data() + i * sb, m,
+                       n, kk, ta, tb, 0.5f, 1.f);
+      EXPECT_TRUE(same_bits(got, want)) << "ta " << ta << " tb " << tb;
     }
   }
 }
