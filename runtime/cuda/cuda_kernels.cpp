@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -98,6 +99,27 @@ bool empty_product(CudaKernels& k, float* C, int64_t M, int64_t N, int64_t K, fl
   else if (beta != 1.f)
     k.scale(C, M * N, beta);
   return true;
+}
+
+// A strided-batched product as cuBLAS sees it: gemm's operand swap (row-major C^T =
+// op(B)^T op(A)^T), so cuBLAS's first operand is B. nullopt when cuBLAS has nothing to do
+// (an empty batch or matrix; with K = 0 each C is scaled by beta here).
+struct BatchedDims {
+  int m, n, k, count, lda, ldb;
+  cublasOperation_t op_b, op_a;
+};
+std::optional<BatchedDims> batched_dims(CudaKernels& kk, float* C, int64_t M, int64_t N, int64_t K, bool trans_a,
+                                        bool trans_b, float beta, int64_t batch, int64_t stride_c) {
+  if (batch <= 0 || M == 0 || N == 0) return std::nullopt;
+  if (K == 0) {
+    for (int64_t i = 0; i < batch; ++i) empty_product(kk, C + i * stride_c, M, N, K, beta);
+    return std::nullopt;
+  }
+  BatchedDims d{blas_dim(M, "M"), blas_dim(N, "N"), blas_dim(K, "K"), blas_dim(batch, "batch"), 0, 0,
+                trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N};
+  d.lda = trans_a ? d.m : d.k;
+  d.ldb = trans_b ? d.k : d.n;
+  return d;
 }
 
 }  // namespace
@@ -434,39 +456,25 @@ void CudaKernels::attention_backward(float* dqkv, float* datt, const float* dout
 void CudaKernels::gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,
                                        bool trans_a, bool trans_b, float alpha, float beta, int64_t batch,
                                        int64_t stride_a, int64_t stride_b, int64_t stride_c) {
-  if (batch <= 0 || M == 0 || N == 0) return;
-  if (K == 0) {
-    for (int64_t i = 0; i < batch; ++i) empty_product(*this, C + i * stride_c, M, N, K, beta);
-    return;
-  }
-  const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K"), count = blas_dim(batch, "batch");
+  const auto d = batched_dims(*this, C, M, N, K, trans_a, trans_b, beta, batch, stride_c);
+  if (!d) return;
   ensure_current(ctx_.device);
-  // gemm's operand swap (row-major C^T = op(B)^T op(A)^T), each operand with its stride.
-  const int lda = trans_a ? m : k;
-  const int ldb = trans_b ? k : n;
-  TANDEM_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, ldb,
-                                                stride_b, A, lda, stride_a, &beta, C, n, stride_c, count),
+  TANDEM_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx_.cublas, d->op_b, d->op_a, d->n, d->m, d->k, &alpha, B, d->ldb,
+                                                stride_b, A, d->lda, stride_a, &beta, C, d->n, stride_c, d->count),
                       ctx_.device);
 }
 
+// gemm_bf16's types (bf16 operands, f32 products, sums and output).
 void CudaKernels::gemm_strided_batched_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N,
                                             int64_t K, bool trans_a, bool trans_b, float alpha, float beta,
                                             int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
-  if (batch <= 0 || M == 0 || N == 0) return;
-  if (K == 0) {
-    for (int64_t i = 0; i < batch; ++i) empty_product(*this, C + i * stride_c, M, N, K, beta);
-    return;
-  }
-  const int m = blas_dim(M, "M"), n = blas_dim(N, "N"), k = blas_dim(K, "K"), count = blas_dim(batch, "batch");
+  const auto d = batched_dims(*this, C, M, N, K, trans_a, trans_b, beta, batch, stride_c);
+  if (!d) return;
   ensure_current(ctx_.device);
-  // gemm_strided_batched's operand swap; gemm_bf16's types (f32 products and sums).
-  const int lda = trans_a ? m : k;
-  const int ldb = trans_b ? k : n;
-  TANDEM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx_.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, CUDA_R_16BF,
-                                                 ldb, stride_b, A, CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_32F, n,
-                                                 stride_c, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  TANDEM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx_.cublas, d->op_b, d->op_a, d->n, d->m, d->k, &alpha, B,
+                                                 CUDA_R_16BF, d->ldb, stride_b, A, CUDA_R_16BF, d->lda, stride_a,
+                                                 &beta, C, CUDA_R_32F, d->n, stride_c, d->count, CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT),
                       ctx_.device);
 }
 
