@@ -1,6 +1,7 @@
 // tandem-bench-attention: the GPT's causal self-attention alone on a CUDA device, forward
-// and backward, through the Kernels interface (attention_forward, attention_backward), so
-// that scripts/gpu-check can attribute the GPT step's time. Each figure is timed with the
+// and backward, through the Kernels interface (attention_forward, attention_backward), and
+// again as the attention layer runs it under --precision bf16 (runtime/batched_attention.h
+// with bf16 products), so that scripts/gpu-check can attribute the GPT steps' time. Each figure is timed with the
 // device's own marks (CUDA events, cudaEventElapsedTime: Kernels::mark / elapsed_ms),
 // the mean and the best of --iters calls after a warm-up. Defaults: nanoGPT's GPU
 // Shakespeare layer, B=64, T=256, C=384, NH=6.
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/batched_attention.h"
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
 
@@ -142,6 +144,18 @@ int main(int argc, char** argv) {
     const Timing bwd = time_on_device(k, static_cast<int>(iters), [&] {
       k.attention_backward(dqkv.get(), datt.get(), dout.get(), qkv.get(), att.get(), b, t, c, nh);
     });
+    // Under bf16 the layer runs the composition itself, on scratch of its own (as here).
+    DeviceFloats scratch_fwd(
+        static_cast<int64_t>(batched_attention_scratch(b, t, c, nh, false, Precision::bf16)), d);
+    DeviceFloats scratch_bwd(static_cast<int64_t>(batched_attention_scratch(b, t, c, nh, true, Precision::bf16)),
+                             d);
+    const Timing fwd16 = time_on_device(k, static_cast<int>(iters), [&] {
+      batched_attention_forward(k, out.get(), att.get(), qkv.get(), scratch_fwd.get(), b, t, c, nh, Precision::bf16);
+    });
+    const Timing bwd16 = time_on_device(k, static_cast<int>(iters), [&] {
+      batched_attention_backward(k, dqkv.get(), datt.get(), dout.get(), qkv.get(), att.get(), scratch_bwd.get(), b,
+                                 t, c, nh, Precision::bf16);
+    });
     k.synchronize();
 
     const double att_mib = static_cast<double>(att_n) * sizeof(float) / (1024.0 * 1024.0);
@@ -152,14 +166,19 @@ int main(int argc, char** argv) {
     std::printf("%-10s %10.3f %10.3f\n", "forward", fwd.mean_ms, fwd.best_ms);
     std::printf("%-10s %10.3f %10.3f\n", "backward", bwd.mean_ms, bwd.best_ms);
     std::printf("%-10s %10.3f %10.3f\n", "both", fwd.mean_ms + bwd.mean_ms, fwd.best_ms + bwd.best_ms);
+    std::printf("bf16 products (--precision bf16):\n");
+    std::printf("%-10s %10.3f %10.3f\n", "forward", fwd16.mean_ms, fwd16.best_ms);
+    std::printf("%-10s %10.3f %10.3f\n", "backward", bwd16.mean_ms, bwd16.best_ms);
+    std::printf("%-10s %10.3f %10.3f\n", "both", fwd16.mean_ms + bwd16.mean_ms, fwd16.best_ms + bwd16.best_ms);
     std::printf("per layer: att (B, NH, T, T) %.1f MiB, its gradient scratch datt %.1f MiB\n", att_mib, att_mib);
     // One JSON line for scripts/gpu-check's report.
     std::printf("{\"bench\":\"attention\",\"batch\":%lld,\"context\":%lld,\"n_embd\":%lld,\"n_head\":%lld,"
                 "\"iters\":%lld,\"forward_ms\":%.4f,\"backward_ms\":%.4f,\"forward_best_ms\":%.4f,"
-                "\"backward_best_ms\":%.4f,\"att_mib\":%.2f}\n",
+                "\"backward_best_ms\":%.4f,\"bf16_forward_ms\":%.4f,\"bf16_backward_ms\":%.4f,"
+                "\"att_mib\":%.2f}\n",
                 static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(c),
                 static_cast<long long>(nh), static_cast<long long>(iters), fwd.mean_ms, bwd.mean_ms, fwd.best_ms,
-                bwd.best_ms, att_mib);
+                bwd.best_ms, fwd16.mean_ms, bwd16.mean_ms, att_mib);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem-bench-attention: %s\n", e.what());
     return 1;

@@ -141,6 +141,11 @@ def main():
         attention["per_step_ms"] = 6 * (attention["forward_ms"] + attention["backward_ms"])  # 6 layers
         attention["gpt_step_ms"] = gpt_step_ms
         attention["share_of_gpt_step"] = attention["per_step_ms"] / gpt_step_ms if gpt_step_ms else None
+    if attention.get("bf16_forward_ms") is not None and attention.get("bf16_backward_ms") is not None:
+        bf16_step_ms = by_name.get("gpt-b64-bf16", {}).get("step_ms_mean")
+        attention["bf16_per_step_ms"] = 6 * (attention["bf16_forward_ms"] + attention["bf16_backward_ms"])
+        attention["bf16_gpt_step_ms"] = bf16_step_ms
+        attention["bf16_share_of_gpt_step"] = attention["bf16_per_step_ms"] / bf16_step_ms if bf16_step_ms else None
     versions = []
     try:
         with open(os.path.join(a.work, "versions.out"), errors="replace") as f:
@@ -235,6 +240,12 @@ def main():
               f"backward {fmt(attention.get('backward_ms'), '.2f')} ms; x 6 layers = "
               f"{fmt(attention.get('per_step_ms'), '.1f')} ms of the {fmt(attention.get('gpt_step_ms'), '.1f')} ms step "
               f"({fmt(None if attention.get('share_of_gpt_step') is None else 100 * attention['share_of_gpt_step'], '.0f')}%)")
+        if attention.get("bf16_per_step_ms") is not None:
+            share = attention.get("bf16_share_of_gpt_step")
+            print(f"  attention alone, bf16 products: forward {fmt(attention.get('bf16_forward_ms'), '.2f')} ms, "
+                  f"backward {fmt(attention.get('bf16_backward_ms'), '.2f')} ms; x 6 layers = "
+                  f"{fmt(attention.get('bf16_per_step_ms'), '.1f')} ms of the bf16 run's "
+                  f"{fmt(attention.get('bf16_gpt_step_ms'), '.1f')} ms step ({fmt(None if share is None else 100 * share, '.0f')}%)")
     print()
     print(f"targets: mlp accuracy {fmt(mlp_acc, '.4f')} (>= {TARGET_MLP_ACCURACY}: {fmt(targets['mlp_accuracy_met'])}); "
           f"DDP 1 rank / single = {fmt(ddp_ratio, '.3f')} (>= {1 - TARGET_DDP_SLOWDOWN}: "
