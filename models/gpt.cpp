@@ -43,7 +43,8 @@ GptModel::GptModel(const GptConfig& config, uint64_t seed) : config_(config) {
   if (c.dropout > 0.f) add("drop", std::make_unique<Dropout>(c.dropout, seed * 1000003 + 1));
   for (int64_t i = 0; i < c.n_layer; ++i) {
     std::unique_ptr<Module> block =
-        std::make_unique<TransformerBlock>(c.n_embd, c.n_head, c.dropout, seed * 1000003 + 16 * (i + 1));
+        std::make_unique<TransformerBlock>(c.n_embd, c.n_head, c.dropout, seed * 1000003 + 16 * (i + 1),
+                                           c.attention);
     // A transparent wrapper: "blocks.i.attn.qkv.weight" and the Dropout counters keep their names.
     if (c.activation_checkpointing) block = std::make_unique<ActivationCheckpoint>(std::move(block));
     add("blocks." + std::to_string(i), std::move(block));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "tandem/runtime/layers/attention.h"
 #include "tandem/runtime/model.h"
 
 namespace tandem {
@@ -30,6 +31,9 @@ struct GptConfig {
   // Recompute each block's activations in backward instead of keeping them
   // (runtime/layers/activation_checkpoint.h): the blocks are wrapped, names unchanged.
   bool activation_checkpointing = false;
+  // How each block's attention runs (runtime/layers/attention.h): the parameters, their
+  // names and a checkpoint are the same either way.
+  AttentionKernel attention = AttentionKernel::materialized;
 };
 
 // Throws std::invalid_argument naming the flag at fault (--n-embd not divisible by

@@ -113,6 +113,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
       {"backend", s.backend},
       {"device", s.device},
       {"model", s.model},
+      {"attention", s.attention.empty() ? json(nullptr) : json(s.attention)},
       {"parameters", s.parameters},
       {"steps", s.steps},
       {"global_batch", s.global_batch},

@@ -18,6 +18,7 @@ StepTimingStats step_timing_stats(std::vector<double> step_ms);
 
 struct RunSummary {
   std::string mode, backend, device, model;
+  std::string attention;  // gpt: --attention's kernel; empty (null in JSON) for other models
   int world_size = 1, replicas = 1, threads = 1;
   int64_t parameters = 0, steps = 0, global_batch = 0, epochs_completed = 0, timed_steps = 0;
   double samples_per_s = 0, train_time_s = 0;

@@ -51,6 +51,11 @@ void add_model_flags(CLI::App& app, Flags& f) {
       app.add_option("--dropout", c.dropout,
                      "gpt: dropout after the embeddings and on each residual branch (not on attention "
                      "probabilities)"),
+      app.add_option("--attention", c.attention,
+                     "gpt: materialized (the (B, NH, T, T) probabilities kept for backward; bf16 products under "
+                     "--precision bf16) or tiled (flash-style: query and key tiles with an online softmax, only a "
+                     "(B, NH, T) log-sum-exp kept, the probabilities recomputed in backward; fp32)")
+          ->check(names({"materialized", "tiled"})),
       app.add_option("--sample", c.sample,
                      "gpt: print N characters sampled from --resume's checkpoint instead of training"),
       app.add_option("--temperature", c.temperature, "gpt --sample: softmax temperature"),

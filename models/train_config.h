@@ -34,6 +34,7 @@ struct TrainConfig {
   // gpt
   int64_t n_layer = 4, n_head = 4, n_embd = 128, context = 64;
   float dropout = 0.0f;
+  std::string attention = "materialized";  // --attention materialized | tiled (runtime/layers/attention.h)
   // resnet (models/resnet.h)
   int64_t depth = 20, width = 16;
   // gpt (per block) and resnet (per stage): recompute activations in backward

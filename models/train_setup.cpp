@@ -115,6 +115,7 @@ ModelConfig model_config(const TrainConfig& c, const TrainData& data) {
     mc.classes = data.text->vocab_size();
     mc.gpt = GptConfig{data.text->vocab_size(), c.n_layer, c.n_head, c.n_embd, c.context, c.dropout};
     mc.gpt.activation_checkpointing = c.activation_checkpointing;
+    mc.gpt.attention = parse_attention_kernel(c.attention);
   } else {
     mc.in_channels = data.train->channels;
     mc.height = data.train->height;

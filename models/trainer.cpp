@@ -423,6 +423,7 @@ RunSummary Trainer::summary() const {
   s.backend = st.backend();
   s.device = device_.str();
   s.model = c_.model;
+  if (c_.model == "gpt") s.attention = c_.attention;
   s.world_size = c_.mode == Mode::ddp ? st.replicas() : 1;
   s.replicas = st.replicas();
   s.threads = threads_;

@@ -160,6 +160,18 @@ class Kernels {
   // dqkv (B, T, 3C) is overwritten; datt (B, NH, T, T) is scratch. att is forward's.
   virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                                   const float* att, int64_t b, int64_t t, int64_t c, int64_t nh) = 0;
+  // The same attention, flash-style: tiles of queries against tiles of keys with an online
+  // softmax (a running max and sum per row, the output rescaled as the max grows), so no
+  // T x T buffer exists. out as attention_forward's (to float rounding); lse (B, NH, T)
+  // receives each row's log-sum-exp of its scaled, causal scores, all backward needs to
+  // rebuild a probability. fp32 throughout, on every device.
+  virtual void attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c,
+                                       int64_t nh) = 0;
+  // dqkv (B, T, 3C) is overwritten; out and lse are forward's. Recomputes each probability
+  // from q, k and lse: dv += p dout, ds = p (dout . v - dout . out), dq += ds k / sqrt(HS),
+  // dk += ds q / sqrt(HS). Deterministic: fixed tiles, sums in a fixed order.
+  virtual void attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                        const float* lse, int64_t b, int64_t t, int64_t c, int64_t nh) = 0;
   // The pieces of attention as batched products (runtime/batched_attention.h: how a GPU
   // runs attention_forward / attention_backward; the CPU has a fused kernel instead).
   // For i < batch: C_i (M, N) = alpha op(A_i) op(B_i) + beta C_i, where X_i = X + i * stride_x

@@ -124,6 +124,10 @@ class CpuKernels final : public Kernels {
                          int64_t nh) override;
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                           int64_t b, int64_t t, int64_t c, int64_t nh) override;
+  void attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c,
+                               int64_t nh) override;
+  void attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                const float* lse, int64_t b, int64_t t, int64_t c, int64_t nh) override;
   void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,
                             bool trans_b, float alpha, float beta, int64_t batch, int64_t stride_a, int64_t stride_b,
                             int64_t stride_c) override;

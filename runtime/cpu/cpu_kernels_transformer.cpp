@@ -8,6 +8,7 @@
 // them at -O3 for every level of cpu_isa.h (no -ffast-math).
 #include <cblas.h>
 
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <cmath>
@@ -222,6 +223,140 @@ void CpuKernels::attention_backward(float* dqkv, float* datt, const float* dout,
         sgemm(false, false, m, HS, keys, scale, da + r0 * T, T, k, C3, 0.f, dq + r0 * C3, C3);  // dq = dpre k
         sgemm(true, false, m, HS, queries, scale, da + r0 * T + r0, T, q + r0 * C3, C3, 0.f, dk + r0 * C3,
               C3);                                                                              // dk = dpre^T q
+      }
+    }
+}
+
+// --- attention, tiled (flash-style) ------------------------------------------------------
+// Per (b, h), query blocks of kRowBlock rows against key blocks of kRowBlock keys up to the
+// diagonal block; the scores of one block pair (at most 32 x 32) are all that exists of
+// the T x T matrix. Forward keeps per row a running max m, a running sum l of e^(s - m)
+// and the unnormalised output, rescaled by e^(m_old - m_new) when a block raises the max;
+// backward walks key blocks outer and the query blocks that see them inner, rebuilding
+// p = e^(s - lse) and adding dv, dk (that key block's, owned by the outer loop) and dq.
+// The diagonal block masks its future entries to exactly 0 after the exp (exp_vec clamps,
+// so e^-inf is not 0 by itself).
+
+namespace {
+
+// In place in the (m, n) block s (row stride kRowBlock): p = e^(s - mx[i]) over row i's
+// visible keys, exact 0 past them (in the diagonal block key j is visible to row i iff j <= i).
+inline void tile_exp_rows(float* __restrict s, blasint m, blasint n, bool diagonal, const float* __restrict mx) {
+  for (blasint i = 0; i < m; ++i) {
+    float* __restrict row = s + i * kRowBlock;
+    const float mi = mx[i];
+    const blasint visible = diagonal ? i + 1 : n;
+    for (blasint j = 0; j < n; ++j) row[j] = select(j < visible, exp_vec(row[j] - mi), 0.f);
+  }
+}
+
+}  // namespace
+
+void CpuKernels::attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c,
+                                         int64_t nh) {
+  check_heads(c, nh);
+  if (b == 0 || t == 0) return;
+  const int64_t hs = c / nh;
+  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C");
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  std::vector<float> s(kRowBlock * kRowBlock), acc(static_cast<size_t>(kRowBlock * hs));
+  float m_run[kRowBlock], l_run[kRowBlock], m_new[kRowBlock];
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t h = 0; h < nh; ++h) {
+      const float* q = qkv + bi * t * 3 * c + h * hs;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* o = out + bi * t * c + h * hs;
+      float* row_lse = lse + (bi * nh + h) * t;
+      for (blasint r0 = 0; r0 < T; r0 += kRowBlock) {
+        const blasint m = T - r0 < kRowBlock ? T - r0 : kRowBlock;
+        for (blasint i = 0; i < m; ++i) m_run[i] = -INFINITY, l_run[i] = 0.f;
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (blasint k0 = 0; k0 <= r0; k0 += kRowBlock) {
+          const bool diagonal = k0 == r0;
+          const blasint n = diagonal ? m : kRowBlock;
+          sgemm(false, true, m, n, HS, scale, q + r0 * C3, C3, k + k0 * C3, C3, 0.f, s.data(), kRowBlock);
+          for (blasint i = 0; i < m; ++i) {
+            const float* row = s.data() + i * kRowBlock;
+            float mx = m_run[i];
+            for (blasint j = 0; j < (diagonal ? i + 1 : n); ++j) mx = std::max(mx, row[j]);
+            m_new[i] = mx;
+          }
+          tile_exp_rows(s.data(), m, n, diagonal, m_new);
+          for (blasint i = 0; i < m; ++i) {
+            const float alpha = exp_vec(m_run[i] - m_new[i]);  // e^-inf clamps to ~1e-38: times 0
+            const float* row = s.data() + i * kRowBlock;
+            float sum = 0.f;
+            for (blasint j = 0; j < n; ++j) sum += row[j];
+            l_run[i] = l_run[i] * alpha + sum;
+            m_run[i] = m_new[i];
+            float* a = acc.data() + i * hs;
+            for (int64_t d = 0; d < hs; ++d) a[d] *= alpha;
+          }
+          sgemm(false, false, m, HS, n, 1.f, s.data(), kRowBlock, v + k0 * C3, C3, 1.f, acc.data(), HS);
+        }
+        for (blasint i = 0; i < m; ++i) {
+          const float inv = 1.f / l_run[i];
+          const float* a = acc.data() + i * hs;
+          float* orow = o + (r0 + i) * c;
+          for (int64_t d = 0; d < hs; ++d) orow[d] = a[d] * inv;
+          row_lse[r0 + i] = m_run[i] + std::log(l_run[i]);
+        }
+      }
+    }
+}
+
+void CpuKernels::attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                          const float* lse, int64_t b, int64_t t, int64_t c, int64_t nh) {
+  check_heads(c, nh);
+  if (b == 0 || t == 0) return;
+  const int64_t hs = c / nh;
+  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C"),
+                Cld = blas_int(c, "C");
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  std::vector<float> p(kRowBlock * kRowBlock), ds(kRowBlock * kRowBlock), delta(static_cast<size_t>(t));
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t off = bi * t * 3 * c + h * hs;
+      const float* q = qkv + off;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* dq = dqkv + off;
+      float* dk = dq + c;
+      float* dv = dq + 2 * c;
+      const float* o = out + bi * t * c + h * hs;
+      const float* dout_h = dout + bi * t * c + h * hs;
+      const float* row_lse = lse + (bi * nh + h) * t;
+      // delta_i = dout_i . out_i = sum_j p_ij (dout_i . v_j), softmax backward's row term.
+      for (int64_t i = 0; i < t; ++i) {
+        float dot = 0.f;
+        for (int64_t d = 0; d < hs; ++d) dot += dout_h[i * c + d] * o[i * c + d];
+        delta[static_cast<size_t>(i)] = dot;
+      }
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t part = 0; part < 3; ++part) std::fill_n(dq + i * 3 * c + part * c, hs, 0.f);
+      for (blasint k0 = 0; k0 < T; k0 += kRowBlock) {
+        const blasint n = T - k0 < kRowBlock ? T - k0 : kRowBlock;
+        for (blasint r0 = k0; r0 < T; r0 += kRowBlock) {
+          const bool diagonal = r0 == k0;
+          const blasint m = T - r0 < kRowBlock ? T - r0 : kRowBlock;
+          sgemm(false, true, m, n, HS, scale, q + r0 * C3, C3, k + k0 * C3, C3, 0.f, p.data(), kRowBlock);
+          tile_exp_rows(p.data(), m, n, diagonal, row_lse + r0);
+          sgemm(true, false, n, HS, m, 1.f, p.data(), kRowBlock, dout_h + r0 * Cld, Cld, 1.f, dv + k0 * C3,
+                C3);  // dv += p^T dout
+          sgemm(false, true, m, n, HS, 1.f, dout_h + r0 * Cld, Cld, v + k0 * C3, C3, 0.f, ds.data(),
+                kRowBlock);  // dp = dout v^T
+          for (blasint i = 0; i < m; ++i) {
+            const float di = delta[static_cast<size_t>(r0 + i)];
+            const float* prow = p.data() + i * kRowBlock;
+            float* drow = ds.data() + i * kRowBlock;
+            for (blasint j = 0; j < n; ++j) drow[j] = prow[j] * (drow[j] - di);
+          }
+          sgemm(false, false, m, HS, n, scale, ds.data(), kRowBlock, k + k0 * C3, C3, 1.f, dq + r0 * C3,
+                C3);  // dq += ds k
+          sgemm(true, false, n, HS, m, scale, ds.data(), kRowBlock, q + r0 * C3, C3, 1.f, dk + k0 * C3,
+                C3);  // dk += ds^T q
+        }
       }
     }
 }

@@ -31,6 +31,14 @@ void split_heads(float* heads, const float* x, int64_t parts, int64_t b, int64_t
 void merge_heads(float* x, const float* heads, int64_t parts, int64_t b, int64_t t, int64_t c, int64_t nh,
                  cudaStream_t stream);
 void causal_softmax_forward(float* att, int64_t rows, int64_t t, cudaStream_t stream);
+// Flash-style attention (CudaKernels::attention_forward_tiled). Backward writes delta (B, NH, T
+// floats of scratch: dout . out per row) first, then dq, then dk and dv.
+constexpr int64_t kTiledAttentionMaxHs = 128;
+constexpr int64_t kTiledAttentionMaxHeads = 65535;  // B * NH: grid.y
+void attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
+                             cudaStream_t stream);
+void attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                              float* delta, int64_t b, int64_t t, int64_t c, int64_t nh, cudaStream_t stream);
 void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_t t, cudaStream_t stream);
 void gelu_tanh_forward(float* y, const float* x, int64_t n, cudaStream_t stream);
 void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, cudaStream_t stream);
@@ -451,6 +459,34 @@ void CudaKernels::attention_backward(float* dqkv, float* datt, const float* dout
   check_attention_shape("attention_backward", c, nh);
   Scratch scratch(ctx_.allocator, batched_attention_scratch(b, t, c, nh, true) * sizeof(float));
   batched_attention_backward(*this, dqkv, datt, dout, qkv, att, scratch.as<float>(), b, t, c, nh);
+}
+
+namespace {
+void check_tiled_attention(const char* what, int64_t b, int64_t c, int64_t nh) {
+  check_attention_shape(what, c, nh);
+  if (c / nh > launch::kTiledAttentionMaxHs)
+    throw std::invalid_argument(std::string(what) + ": head size C / NH = " + std::to_string(c / nh) +
+                                " is over the CUDA kernel's " + std::to_string(launch::kTiledAttentionMaxHs) +
+                                " (use more heads, or --attention materialized)");
+  if (b * nh > launch::kTiledAttentionMaxHeads)
+    throw std::invalid_argument(std::string(what) + ": B * NH = " + std::to_string(b * nh) + " is over " +
+                                std::to_string(launch::kTiledAttentionMaxHeads) + " (CUDA's grid.y)");
+}
+}  // namespace
+
+void CudaKernels::attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c,
+                                          int64_t nh) {
+  check_tiled_attention("attention_forward_tiled", b, c, nh);
+  ensure_current(ctx_.device);
+  launch::attention_forward_tiled(out, lse, qkv, b, t, c, nh, ctx_.stream);
+}
+
+void CudaKernels::attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                           const float* lse, int64_t b, int64_t t, int64_t c, int64_t nh) {
+  check_tiled_attention("attention_backward_tiled", b, c, nh);
+  ensure_current(ctx_.device);
+  Scratch delta(ctx_.allocator, static_cast<size_t>(b * nh * t) * sizeof(float));
+  launch::attention_backward_tiled(dqkv, dout, qkv, out, lse, delta.as<float>(), b, t, c, nh, ctx_.stream);
 }
 
 void CudaKernels::gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K,

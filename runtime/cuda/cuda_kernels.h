@@ -89,6 +89,13 @@ class CudaKernels final : public Kernels {
                          int64_t nh) override;
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                           int64_t b, int64_t t, int64_t c, int64_t nh) override;
+  // transformer.cu's flash-style kernels: a block of queries per (batch, head), K and V
+  // tiles in shared memory, one thread per query row (out, dq) or key row (dk, dv). HS up
+  // to 128.
+  void attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c,
+                               int64_t nh) override;
+  void attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                const float* lse, int64_t b, int64_t t, int64_t c, int64_t nh) override;
   // The pieces attention_forward / attention_backward are made of (runtime/batched_attention.h):
   // cublasSgemmStridedBatched, and transformer.cu's permutes and causal softmax.
   void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool trans_a,

@@ -14,6 +14,8 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include <cmath>
+
 namespace tandem::cuda::launch {
 
 namespace {
@@ -140,6 +142,221 @@ __global__ void causal_softmax_backward_kernel(float* __restrict__ datt, const f
   dot = warp_sum(dot);
   for (int64_t j = lane; j < t; j += 32) drow[j] = j < len ? arow[j] * (drow[j] - dot) : 0.f;
 }
+
+// --- attention, tiled (flash-style) ----------------------------------------------------
+// The CPU's tiled algorithm (cpu_kernels_transformer.cpp) with one thread per row: a block
+// of kTileRows threads takes kTileRows query rows (out, dq) or key rows (dk, dv) of one
+// (batch, head) and walks the other side in tiles of kTileCols rows staged in shared memory
+// (loads coalesce in runs of HS). Each thread keeps its rows' vectors in registers, padded
+// with zeros to kMaxHs (32, 64 or 128, the smallest that holds HS), so every loop over the
+// head's dimensions unrolls. The scores of one tile live in registers: nothing T x T.
+// Each output element is written once, by its thread, after a fixed order of terms.
+
+constexpr int kTileRows = 64;
+constexpr int kTileCols = 32;
+
+// Rows [r0, r0 + kTileCols) of a (T, HS) head view with row stride `ld` into shared memory,
+// zeros past T and past HS.
+template <int kMaxHs>
+__device__ __forceinline__ void stage_tile(float (*dst)[kMaxHs], const float* __restrict__ src, int64_t r0,
+                                           int64_t t, int64_t hs, int64_t ld) {
+  for (int idx = threadIdx.x; idx < kTileCols * kMaxHs; idx += blockDim.x) {
+    const int j = idx / kMaxHs, d = idx % kMaxHs;
+    const int64_t r = r0 + j;
+    dst[j][d] = r < t && d < hs ? src[r * ld + d] : 0.f;
+  }
+}
+
+template <int kMaxHs>
+__device__ __forceinline__ void load_row(float (&dst)[kMaxHs], const float* __restrict__ src, int64_t hs) {
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d) dst[d] = d < hs ? src[d] : 0.f;
+}
+
+template <int kMaxHs>
+__device__ __forceinline__ float dot_row(const float (&a)[kMaxHs], const float* b) {
+  float s = 0.f;
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// grid (ceil(T / kTileRows), B * NH). Row i's keys are [0, i]; the block's tiles end at its
+// last row's.
+template <int kMaxHs>
+__global__ void attention_forward_tiled_kernel(float* __restrict__ out, float* __restrict__ lse,
+                                               const float* __restrict__ qkv, int64_t t, int64_t c, int64_t nh,
+                                               float scale) {
+  __shared__ float ks[kTileCols][kMaxHs], vs[kTileCols][kMaxHs];
+  const int64_t bi = blockIdx.y / nh, h = blockIdx.y % nh, hs = c / nh;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows, row = first + threadIdx.x;
+  const int64_t keys_end = t < first + kTileRows ? t : first + kTileRows;
+  const float* base = qkv + bi * t * 3 * c + h * hs;
+  const bool active = row < t;
+  float q[kMaxHs], o[kMaxHs];
+  if (active) load_row(q, base + row * 3 * c, hs);
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d) o[d] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  for (int64_t k0 = 0; k0 < keys_end; k0 += kTileCols) {
+    __syncthreads();  // the previous tile's readers are done
+    stage_tile<kMaxHs>(ks, base + c, k0, t, hs, 3 * c);
+    stage_tile<kMaxHs>(vs, base + 2 * c, k0, t, hs, 3 * c);
+    __syncthreads();
+    if (!active || k0 > row) continue;
+    const int64_t n = row - k0 + 1 < kTileCols ? row - k0 + 1 : kTileCols;
+    float s[kTileCols];
+    float mx = m;
+#pragma unroll
+    for (int j = 0; j < kTileCols; ++j)
+      if (j < n) {
+        s[j] = dot_row(q, ks[j]) * scale;
+        mx = fmaxf(mx, s[j]);
+      }
+    const float alpha = expf(m - mx);  // 0 on the first tile (m = -inf)
+    l *= alpha;
+#pragma unroll
+    for (int d = 0; d < kMaxHs; ++d) o[d] *= alpha;
+#pragma unroll
+    for (int j = 0; j < kTileCols; ++j)
+      if (j < n) {
+        const float p = expf(s[j] - mx);
+        l += p;
+#pragma unroll
+        for (int d = 0; d < kMaxHs; ++d) o[d] += p * vs[j][d];
+      }
+    m = mx;
+  }
+  if (!active) return;
+  const float inv = 1.f / l;
+  float* orow = out + (bi * t + row) * c + h * hs;
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d)
+    if (d < hs) orow[d] = o[d] * inv;
+  lse[blockIdx.y * t + row] = m + logf(l);
+}
+
+// delta (B, NH, T): row i's dout . out over its head, one warp per row (a fixed tree).
+__global__ void attention_delta_kernel(float* __restrict__ delta, const float* __restrict__ dout,
+                                       const float* __restrict__ out, int64_t b, int64_t t, int64_t c, int64_t nh) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= b * nh * t) return;
+  const int64_t hs = c / nh, row = r % t, h = (r / t) % nh, bi = r / (t * nh);
+  const int64_t off = (bi * t + row) * c + h * hs;
+  float s = 0.f;
+  for (int64_t d = lane; d < hs; d += 32) s += dout[off + d] * out[off + d];
+  s = warp_sum(s);
+  if (lane == 0) delta[r] = s;
+}
+
+// dq: one thread per query row against key tiles up to its own.
+template <int kMaxHs>
+__global__ void attention_dq_tiled_kernel(float* __restrict__ dqkv, const float* __restrict__ dout,
+                                          const float* __restrict__ qkv, const float* __restrict__ lse,
+                                          const float* __restrict__ delta, int64_t t, int64_t c, int64_t nh,
+                                          float scale) {
+  __shared__ float ks[kTileCols][kMaxHs], vs[kTileCols][kMaxHs];
+  const int64_t bi = blockIdx.y / nh, h = blockIdx.y % nh, hs = c / nh;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows, row = first + threadIdx.x;
+  const int64_t keys_end = t < first + kTileRows ? t : first + kTileRows;
+  const int64_t off = bi * t * 3 * c + h * hs;
+  const float* base = qkv + off;
+  const bool active = row < t;
+  float q[kMaxHs], g[kMaxHs], dq[kMaxHs];
+  float row_lse = 0.f, row_delta = 0.f;
+  if (active) {
+    load_row(q, base + row * 3 * c, hs);
+    load_row(g, dout + (bi * t + row) * c + h * hs, hs);
+    row_lse = lse[blockIdx.y * t + row];
+    row_delta = delta[blockIdx.y * t + row];
+  }
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d) dq[d] = 0.f;
+  for (int64_t k0 = 0; k0 < keys_end; k0 += kTileCols) {
+    __syncthreads();
+    stage_tile<kMaxHs>(ks, base + c, k0, t, hs, 3 * c);
+    stage_tile<kMaxHs>(vs, base + 2 * c, k0, t, hs, 3 * c);
+    __syncthreads();
+    if (!active || k0 > row) continue;
+    const int64_t n = row - k0 + 1 < kTileCols ? row - k0 + 1 : kTileCols;
+#pragma unroll
+    for (int j = 0; j < kTileCols; ++j)
+      if (j < n) {
+        const float p = expf(dot_row(q, ks[j]) * scale - row_lse);
+        const float ds = p * (dot_row(g, vs[j]) - row_delta) * scale;
+#pragma unroll
+        for (int d = 0; d < kMaxHs; ++d) dq[d] += ds * ks[j][d];
+      }
+  }
+  if (!active) return;
+  float* dst = dqkv + off + row * 3 * c;
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d)
+    if (d < hs) dst[d] = dq[d];
+}
+
+// dk, dv: one thread per key row against the query tiles that see it (queries >= key).
+template <int kMaxHs>
+__global__ void attention_dkv_tiled_kernel(float* __restrict__ dqkv, const float* __restrict__ dout,
+                                           const float* __restrict__ qkv, const float* __restrict__ lse,
+                                           const float* __restrict__ delta, int64_t t, int64_t c, int64_t nh,
+                                           float scale) {
+  __shared__ float qs[kTileCols][kMaxHs], gs[kTileCols][kMaxHs];
+  __shared__ float ls[kTileCols], dl[kTileCols];
+  const int64_t bi = blockIdx.y / nh, h = blockIdx.y % nh, hs = c / nh;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows, key = first + threadIdx.x;
+  const int64_t off = bi * t * 3 * c + h * hs;
+  const float* base = qkv + off;
+  const bool active = key < t;
+  float k[kMaxHs], v[kMaxHs], dk[kMaxHs], dv[kMaxHs];
+  if (active) {
+    load_row(k, base + c + key * 3 * c, hs);
+    load_row(v, base + 2 * c + key * 3 * c, hs);
+  }
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d) dk[d] = 0.f, dv[d] = 0.f;
+  for (int64_t q0 = first; q0 < t; q0 += kTileCols) {
+    __syncthreads();
+    stage_tile<kMaxHs>(qs, base, q0, t, hs, 3 * c);
+    stage_tile<kMaxHs>(gs, dout + bi * t * c + h * hs, q0, t, hs, c);
+    for (int j = threadIdx.x; j < kTileCols; j += blockDim.x) {
+      const int64_t r = q0 + j;
+      ls[j] = r < t ? lse[blockIdx.y * t + r] : 0.f;
+      dl[j] = r < t ? delta[blockIdx.y * t + r] : 0.f;
+    }
+    __syncthreads();
+    if (!active || q0 + kTileCols <= key) continue;
+#pragma unroll
+    for (int i = 0; i < kTileCols; ++i) {
+      const int64_t query = q0 + i;
+      if (query < key || query >= t) continue;
+      const float p = expf(dot_row(k, qs[i]) * scale - ls[i]);
+      const float ds = p * (dot_row(v, gs[i]) - dl[i]) * scale;
+#pragma unroll
+      for (int d = 0; d < kMaxHs; ++d) {
+        dv[d] += p * gs[i][d];
+        dk[d] += ds * qs[i][d];
+      }
+    }
+  }
+  if (!active) return;
+  float* dst = dqkv + off + key * 3 * c;
+#pragma unroll
+  for (int d = 0; d < kMaxHs; ++d)
+    if (d < hs) dst[c + d] = dk[d], dst[2 * c + d] = dv[d];
+}
+
+
+int tiled_head_bucket(int64_t hs) { return hs <= 32 ? 32 : hs <= 64 ? 64 : 128; }
+
+#define TANDEM_TILED_ATTENTION_LAUNCH(kernel, hs, grid, stream, ...)                                    \
+  switch (tiled_head_bucket(hs)) {                                                                  \
+    case 32: kernel<32><<<grid, kTileRows, 0, stream>>>(__VA_ARGS__); break;                         \
+    case 64: kernel<64><<<grid, kTileRows, 0, stream>>>(__VA_ARGS__); break;                         \
+    default: kernel<128><<<grid, kTileRows, 0, stream>>>(__VA_ARGS__); break;                        \
+  }                                                                                                 \
+  TANDEM_CUDA_CHECK_LAUNCH(kernel)
 
 // --- GELU, tanh approximation ----------------------------------------------------------
 // 0.5 (1 + tanh(u)) = 1 / (1 + e^{-2u}), as the CPU kernel writes it.
@@ -303,6 +520,33 @@ void causal_softmax_backward(float* datt, const float* att, int64_t rows, int64_
   causal_softmax_backward_kernel<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0,
                                    stream>>>(datt, att, rows, t);
   TANDEM_CUDA_CHECK_LAUNCH(causal_softmax_backward_kernel);
+}
+
+// Tiled attention: grid (ceil(T / kTileRows), B * NH), kTileRows threads; cuda_kernels.cpp
+// checks HS <= kTiledAttentionMaxHs and B * NH <= kTiledAttentionMaxHeads first.
+void attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c, int64_t nh,
+                             cudaStream_t stream) {
+  if (b <= 0 || t <= 0) return;
+  const int64_t hs = c / nh;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const dim3 grid(static_cast<unsigned>((t + kTileRows - 1) / kTileRows), static_cast<unsigned>(b * nh));
+  TANDEM_TILED_ATTENTION_LAUNCH(attention_forward_tiled_kernel, hs, grid, stream, out, lse, qkv, t, c, nh, scale);
+}
+
+void attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                              float* delta, int64_t b, int64_t t, int64_t c, int64_t nh, cudaStream_t stream) {
+  if (b <= 0 || t <= 0) return;
+  const int64_t hs = c / nh, rows = b * nh * t;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  constexpr int kRowsPerBlock = kThreads / 32;
+  attention_delta_kernel<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, stream>>>(
+      delta, dout, out, b, t, c, nh);
+  TANDEM_CUDA_CHECK_LAUNCH(attention_delta_kernel);
+  const dim3 grid(static_cast<unsigned>((t + kTileRows - 1) / kTileRows), static_cast<unsigned>(b * nh));
+  TANDEM_TILED_ATTENTION_LAUNCH(attention_dq_tiled_kernel, hs, grid, stream, dqkv, dout, qkv, lse, delta, t, c, nh,
+                                scale);
+  TANDEM_TILED_ATTENTION_LAUNCH(attention_dkv_tiled_kernel, hs, grid, stream, dqkv, dout, qkv, lse, delta, t, c, nh,
+                                scale);
 }
 
 void gelu_tanh_forward(float* y, const float* x, int64_t n, cudaStream_t stream) {

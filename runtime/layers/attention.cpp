@@ -21,8 +21,19 @@ Tensor attention_scratch(int64_t b, int64_t t, int64_t c, int64_t nh, bool backw
 
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, float dropout, uint64_t dropout_seed)
-    : n_embd_(n_embd), n_head_(n_head) {
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::tiled ? "tiled" : "materialized";
+}
+
+AttentionKernel parse_attention_kernel(const std::string& name) {
+  if (name == "materialized") return AttentionKernel::materialized;
+  if (name == "tiled") return AttentionKernel::tiled;
+  throw std::invalid_argument("attention kernel: expected materialized or tiled, got '" + name + "'");
+}
+
+CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, float dropout, uint64_t dropout_seed,
+                                         AttentionKernel kernel)
+    : n_embd_(n_embd), n_head_(n_head), kernel_(kernel) {
   if (n_embd <= 0 || n_head <= 0 || n_embd % n_head != 0)
     throw std::invalid_argument("CausalSelfAttention: n_embd (" + std::to_string(n_embd) +
                                 ") must be a positive multiple of n_head (" + std::to_string(n_head) + ")");
@@ -37,9 +48,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     throw_shape_error(kind(), "input", "(B, T, " + std::to_string(n_embd_) + ")", x.shape());
   const int64_t b = x.dim(0), t = x.dim(1);
   Tensor qkv = qkv_->forward(x);
-  Tensor att = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
   Tensor out = reuse_buffer(out_cache_, {b, t, n_embd_}, device_);
   Kernels& k = kernels_for(device_);
+  if (kernel_ == AttentionKernel::tiled) {
+    Tensor lse = reuse_buffer(lse_cache_, {b, n_head_, t}, device_);
+    k.attention_forward_tiled(out.f32(), lse.f32(), qkv.f32(), b, t, n_embd_, n_head_);
+    if (training_) qkv_out_ = qkv, out_ = out, lse_ = lse;
+    Tensor y = proj_->forward(out);
+    return drop_ ? drop_->forward(y) : y;
+  }
+  Tensor att = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
   if (precision() == Precision::bf16) {
     Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, false, device_);
     batched_attention_forward(k, out.f32(), att.f32(), qkv.f32(), scratch.f32(), b, t, n_embd_, n_head_,
@@ -58,8 +76,16 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   Tensor g = drop_ ? backward_child(*drop_, dy) : dy;
   Tensor dout = backward_child(*proj_, g);
   Tensor dqkv = reuse_buffer(dqkv_cache_, qkv_out_.shape(), device_);
-  Tensor datt = reuse_buffer(datt_cache_, att_.shape(), device_);
   Kernels& k = kernels_for(device_);
+  if (kernel_ == AttentionKernel::tiled) {
+    k.attention_backward_tiled(dqkv.f32(), dout.f32(), qkv_out_.f32(), out_.f32(), lse_.f32(), b, t, n_embd_,
+                               n_head_);
+    qkv_out_ = Tensor();
+    out_ = Tensor();
+    lse_ = Tensor();
+    return backward_child(*qkv_, dqkv);
+  }
+  Tensor datt = reuse_buffer(datt_cache_, att_.shape(), device_);
   if (precision() == Precision::bf16) {
     Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, true, device_);
     batched_attention_backward(k, dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), scratch.f32(), b,
@@ -75,8 +101,11 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
 void CausalSelfAttention::release_activations() {
   qkv_out_ = Tensor();
   att_ = Tensor();
+  out_ = Tensor();
+  lse_ = Tensor();
   att_cache_ = Tensor();
   out_cache_ = Tensor();
+  lse_cache_ = Tensor();
   dqkv_cache_ = Tensor();
   datt_cache_ = Tensor();
   Module::release_activations();  // qkv, proj, drop

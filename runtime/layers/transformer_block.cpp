@@ -30,10 +30,11 @@ Tensor Mlp::backward(const Tensor& dy) {
   return backward_child(*fc_, g);
 }
 
-TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, float dropout, uint64_t dropout_seed) {
+TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, float dropout, uint64_t dropout_seed,
+                                   AttentionKernel attention) {
   ln1_ = &add_module("ln1", std::make_unique<LayerNorm>(n_embd));
   // Two dropouts in one block draw different masks: their seeds differ.
-  attn_ = &add_module("attn", std::make_unique<CausalSelfAttention>(n_embd, n_head, dropout, dropout_seed * 2 + 1));
+  attn_ = &add_module("attn", std::make_unique<CausalSelfAttention>(n_embd, n_head, dropout, dropout_seed * 2 + 1, attention));
   ln2_ = &add_module("ln2", std::make_unique<LayerNorm>(n_embd));
   mlp_ = &add_module("mlp", std::make_unique<Mlp>(n_embd, dropout, dropout_seed * 2 + 2));
 }

@@ -38,7 +38,8 @@ class Mlp final : public Module {
 
 class TransformerBlock final : public Module {
  public:
-  TransformerBlock(int64_t n_embd, int64_t n_head, float dropout = 0.f, uint64_t dropout_seed = 0);
+  TransformerBlock(int64_t n_embd, int64_t n_head, float dropout = 0.f, uint64_t dropout_seed = 0,
+                   AttentionKernel attention = AttentionKernel::materialized);
   std::string kind() const override { return "TransformerBlock"; }
   // x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) override;

@@ -17,6 +17,8 @@ expect 2 "--n-layer is a flag of --model gpt" -- "$T" --n-layer 2
 expect 2 "--hidden is a flag of --model mlp" -- "$T" --model gpt --data shakespeare --hidden 64
 expect 2 "--n-embd (10) must be divisible by --n-head (4)" -- "$T" --model gpt --data shakespeare --n-embd 10 --n-head 4
 expect 2 "--context must be positive" -- "$T" --model gpt --data shakespeare --context 0
+expect 2 "--attention: flash not in {materialized,tiled}" -- "$T" --model gpt --data shakespeare --attention flash
+expect 2 "--attention is a flag of --model gpt" -- "$T" --attention tiled
 expect 2 "--model gpt needs --data shakespeare or --data text:PATH" -- "$T" --model gpt
 expect 2 "is text: it needs --model gpt" -- "$T" --data shakespeare
 expect 2 "--data" -- "$T" --model gpt --data text:

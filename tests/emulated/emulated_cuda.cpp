@@ -262,6 +262,19 @@ class EmulatedKernels final : public Kernels {
     DeviceScratch scratch(batched_attention_scratch(b, t, c, nh, true) * sizeof(float), device_);
     batched_attention_backward(*this, dqkv, datt, dout, qkv, att, scratch.f32(), b, t, c, nh);
   }
+  // The tiled kernels are transformer.cu's own launches (1 forward; delta, dq, dk/dv
+  // backward), run as the CPU's tiled algorithm: the emulated GPU's tiled GPT is the CPU's.
+  void attention_forward_tiled(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t c,
+                               int64_t nh) override {
+    launched();
+    cpu_.attention_forward_tiled(host_ptr(out), host_ptr(lse), host_ptr(qkv), b, t, c, nh);
+  }
+  void attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                int64_t b, int64_t t, int64_t c, int64_t nh) override {
+    launched(3);
+    cpu_.attention_backward_tiled(host_ptr(dqkv), host_ptr(dout), host_ptr(qkv), host_ptr(out), host_ptr(lse), b, t,
+                                  c, nh);
+  }
   void gemm_strided_batched(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool ta,
                             bool tb, float alpha, float beta, int64_t batch, int64_t sa, int64_t sb,
                             int64_t sc) override {

@@ -60,6 +60,11 @@ for dev in cpu cuda; do
     --summary-json "$TMP/gptbf16-$dev.json"
   expect 0 "done:" -- "$E" "${COMMON[@]}" --device "$dev" --mode dp --devices 2 --precision bf16 \
     --summary-json "$TMP/dpbf16-$dev.json"
+  # Flash-style attention: transformer.cu's tiled launches, run as the CPU's tiled kernel.
+  expect 0 "done:" -- "$E" "${GPT[@]}" --device "$dev" --batch-size 8 --attention tiled \
+    --summary-json "$TMP/gpttiled-$dev.json"
+  expect 0 "done:" -- "$E" "${GPT[@]}" --device "$dev" --mode dp --devices 2 --batch-size 4 --attention tiled \
+    --summary-json "$TMP/gptdptiled-$dev.json"
 done
 expect 0 "done:" -- "$E" "${GPT[@]}" --device cuda --batch-size 8 --no-prefetch --summary-json "$TMP/gptoff-cuda.json"
 expect 0 "done:" -- "$E" "${GPT[@]}" --device cpu --batch-size 8 --prefetch on --summary-json "$TMP/gpton-cpu.json"
@@ -106,7 +111,7 @@ import json, sys
 d = sys.argv[1]
 s = lambda k: json.load(open(f"{d}/{k}.json"))
 for k in ("single", "dp", "mpi", "gloo", "buckets", "dpaccum", "cnn", "gpt", "gptdp", "gptddp", "gptbf16", "dpbf16",
-          "powersgd"):
+          "powersgd", "gpttiled", "gptdptiled"):
     cpu, gpu = s(f"{k}-cpu"), s(f"{k}-cuda")
     if k == "cnn":  # Conv2d batches images per GEMM on a GPU, one image on the CPU: other roundings
         for f in ("final_train_loss", "test_loss"):
@@ -125,6 +130,9 @@ for k in ("gptbf16", "dpbf16"):
     assert s(f"{k}-cuda")["bf16_gemm"] == "cublas" and s(f"{k}-cpu")["bf16_gemm"] in ("native", "fallback"), k
     assert s(f"{k}-cpu")["param_checksum"] != s(k.replace("bf16", "") + "-cpu")["param_checksum"], k
 assert s("tf32-cuda")["fp32_math"] == "fp32", "the emulated GPU has no TF32 mode"
+for k in ("gpttiled", "gptdptiled"):
+    assert s(f"{k}-cuda")["attention"] == "tiled" and s(f"{k}-cpu")["attention"] == "tiled", k
+assert s("gpt-cuda")["attention"] == "materialized" and s("single-cpu")["attention"] is None
 assert len(s("buckets-cuda")["buckets"]) > len(s("gloo-cuda")["buckets"]), "a smaller cap, more buckets"
 assert s("single-real")["param_checksum"] == s("single-cpu")["param_checksum"]
 # Prefetch: on by default on the device only; the same parameters with and without it.

@@ -9,6 +9,8 @@
 //                        exactly 0 on both
 //   attention out, dqkv  1e-4 relative + 5e-5 absolute: sums of up to T = 200 products of
 //                        O(1) values in another order, through the softmax's rounding
+//                        (the tiled kernels too, and their lse: rescaled running sums in
+//                        another order, expf and logf vs the CPU's)
 //   gelu_tanh fwd        1e-5 relative + 1e-7 absolute (expf within 2 ulp, amplified by
 //                        ~|u| in the tail where y ~ 0; FMA contraction on the GPU)
 //   gelu_tanh bwd        1e-5 relative + 2e-6 absolute (as forward; the derivative
@@ -18,6 +20,7 @@
 //   clip_scale           bit-exact: the coefficient is max_norm / (sqrt(s) + 1e-6) with IEEE
 //                        float operations on both, and each element one multiplication
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "tests/gpu/gpu_test_util.h"
@@ -79,6 +82,50 @@ TEST_F(CudaTransformerKernels, AttentionForwardMatchesCpu) {
     for (int64_t r = 0; r < s.b * s.nh * s.t; ++r)
       for (int64_t j = r % s.t + 1; j < s.t; ++j) nonzero_masked += got_att[r * s.t + j] != 0.f;
     EXPECT_EQ(nonzero_masked, 0u) << s.str();
+  }
+}
+
+// The flash-style kernels against the CPU's tiled kernel (itself held to the double
+// references and the fused kernel in tests/unit), HS = 4, 5, 24, 32, 64 and 128 (each
+// register width), T crossing the 64-row and 32-column tiles; backward twice, same bits.
+TEST_F(CudaTransformerKernels, TiledAttentionMatchesCpuAndIsDeterministic) {
+  const AttnShape shapes[] = {{1, 1, 4, 1},    {2, 7, 15, 3},   {3, 9, 24, 1},  {12, 64, 128, 4},
+                              {1, 200, 64, 2}, {2, 97, 256, 2}, {2, 70, 192, 3}};
+  for (const AttnShape& s : shapes) {
+    const auto qkv = randn(s.b * s.t * 3 * s.c, 30, 1.5f);
+    const auto grad = randn(s.b * s.t * s.c, 31);
+    std::vector<float> out(s.b * s.t * s.c), lse(s.b * s.nh * s.t), dqkv(qkv.size());
+    cpu_k().attention_forward_tiled(out.data(), lse.data(), qkv.data(), s.b, s.t, s.c, s.nh);
+    cpu_k().attention_backward_tiled(dqkv.data(), grad.data(), qkv.data(), out.data(), lse.data(), s.b, s.t, s.c,
+                                     s.nh);
+    Tensor g_qkv = upload(qkv), g_out = upload(std::vector<float>(out.size(), 7.f)),
+           g_lse = upload(std::vector<float>(lse.size(), 7.f));
+    gpu_k().attention_forward_tiled(g_out.f32(), g_lse.f32(), g_qkv.f32(), s.b, s.t, s.c, s.nh);
+    expect_close(download(g_out), out, 1e-4, 5e-5, "tiled out " + s.str());
+    expect_close(download(g_lse), lse, 1e-4, 5e-5, "tiled lse " + s.str());
+    // Backward from the CPU's out and lse, so only the backward's own differences show.
+    Tensor c_out = upload(out), c_lse = upload(lse), g_grad = upload(grad);
+    Tensor g_dqkv = upload(std::vector<float>(qkv.size(), 7.f));
+    gpu_k().attention_backward_tiled(g_dqkv.f32(), g_grad.f32(), g_qkv.f32(), c_out.f32(), c_lse.f32(), s.b, s.t, s.c,
+                                     s.nh);
+    const auto first = download(g_dqkv);
+    expect_close(first, dqkv, 1e-4, 5e-5, "tiled dqkv " + s.str());
+    gpu_k().attention_backward_tiled(g_dqkv.f32(), g_grad.f32(), g_qkv.f32(), c_out.f32(), c_lse.f32(), s.b, s.t, s.c,
+                                     s.nh);
+    expect_bitwise(download(g_dqkv), first, "tiled dqkv rerun " + s.str());
+  }
+}
+
+// A head wider than the kernels' registers is refused by name, before any launch (the
+// emulated GPU runs the CPU's tiled kernel, which has no such limit: it skips this test).
+TEST_F(CudaTransformerKernels, TiledAttentionRefusesAHeadWiderThanItsRegisters) {
+  Tensor g_qkv = upload(std::vector<float>(1 * 2 * 3 * 258, 0.f)), g_out = upload(std::vector<float>(2 * 258)),
+         g_lse = upload(std::vector<float>(2));
+  try {
+    gpu_k().attention_forward_tiled(g_out.f32(), g_lse.f32(), g_qkv.f32(), 1, 2, 258, 1);
+    ADD_FAILURE() << "HS = 258 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("head size C / NH = 258"), std::string::npos) << e.what();
   }
 }
 

@@ -373,6 +373,9 @@ TEST(ActivationCheckpoint, EveryLayerReleasesWhatItSaved) {
   cases.push_back({"TiedLinear", std::make_unique<TiedLinear>(tied), values({2, 4}, 1), {2, 7}, true});
   cases.push_back({"CausalSelfAttention", std::make_unique<CausalSelfAttention>(8, 2, 0.1f, 3),
                    values({2, 3, 8}, 1), {2, 3, 8}, true});
+  cases.push_back({"CausalSelfAttention (tiled)",
+                   std::make_unique<CausalSelfAttention>(8, 2, 0.1f, 3, AttentionKernel::tiled),
+                   values({2, 3, 8}, 1), {2, 3, 8}, true});
   cases.push_back({"Mlp", std::make_unique<Mlp>(8, 0.1f, 3), values({2, 3, 8}, 1), {2, 3, 8}, true});
   cases.push_back({"TransformerBlock", std::make_unique<TransformerBlock>(8, 2, 0.1f, 3), values({2, 3, 8}, 1),
                    {2, 3, 8}, true});

@@ -161,9 +161,13 @@ TEST(Gpt, TiedWeightGetsBothContributions) {
 }
 
 // Central differences of the mean loss against the model's gradients at sampled coordinates.
-TEST(Gpt, GradientsMatchFiniteDifferences) {
+class GptAttention : public ::testing::TestWithParam<AttentionKernel> {};
+
+TEST_P(GptAttention, GradientsMatchFiniteDifferences) {
   set_cpu_threads(1);
-  GptModel m(tiny(), 9);
+  GptConfig config = tiny();
+  config.attention = GetParam();
+  GptModel m(config, 9);
   Batch b = tokens(2, 2, 6, 11);
   SoftmaxCrossEntropy loss;
   auto mean_loss = [&] { return loss.forward(m.forward(b.inputs), b.labels); };
@@ -186,6 +190,10 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GptAttention,
+                         ::testing::Values(AttentionKernel::materialized, AttentionKernel::tiled),
+                         [](const auto& info) { return std::string(attention_kernel_name(info.param)); });
 
 TEST(Gpt, DataParallelEqualsSingle) {
   set_cpu_threads(1);
@@ -313,11 +321,15 @@ Reference read_reference() {
 }  // namespace
 
 // llm.c's check: the same initialisation and batch as PyTorch (scripts/make-gpt-reference),
-// then logits, loss, every gradient and 10 AdamW steps compared with PyTorch's numbers.
-TEST(GptReference, MatchesPyTorch) {
+// then logits, loss, every gradient and 10 AdamW steps compared with PyTorch's numbers,
+// with either attention kernel.
+class GptReference : public ::testing::TestWithParam<AttentionKernel> {};
+
+TEST_P(GptReference, MatchesPyTorch) {
   set_cpu_threads(1);
   const Reference ref = read_reference();
   GptConfig c{ref.num("vocab_size"), ref.num("n_layer"), ref.num("n_head"), ref.num("n_embd"), ref.num("context"), 0.f};
+  c.attention = GetParam();
   GptModel m(c, 0);
   for (Parameter* p : m.parameters()) {
     auto it = ref.tensors.find("param." + p->name);
@@ -368,3 +380,7 @@ TEST(GptReference, MatchesPyTorch) {
     single.step(ref.real("lr"), t);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GptReference,
+                         ::testing::Values(AttentionKernel::materialized, AttentionKernel::tiled),
+                         [](const auto& info) { return std::string(attention_kernel_name(info.param)); });

@@ -223,6 +223,99 @@ TEST(TransformerKernels, AttentionBackwardGradcheck) {
   }
 }
 
+// --- attention, tiled ------------------------------------------------------------------
+// The flash-style kernel against the same double references, the fused kernel and finite
+// differences. Besides kShapes, shapes whose T crosses its 32-row blocks: a partial last
+// block (T = 33, 70) and off-diagonal blocks (every T > 32).
+
+std::vector<AttnShape> tiled_shapes() {
+  std::vector<AttnShape> v = kShapes;
+  v.push_back({2, 33, 12, 2});
+  v.push_back({1, 70, 20, 4});
+  return v;
+}
+
+// Each row's log of the sum of e^score over its causal prefix, in double.
+std::vector<double> attention_lse_reference(const AttnShape& s, const std::vector<float>& qkv) {
+  const int64_t hs = s.c / s.nh, T = s.t;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  std::vector<double> lse(s.b * s.nh * T);
+  for (int64_t bi = 0; bi < s.b; ++bi)
+    for (int64_t h = 0; h < s.nh; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> score(i + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t d = 0; d < hs; ++d)
+            score[j] += static_cast<double>(qkv[qkv_at(s, 0, bi, i, h, d)]) * qkv[qkv_at(s, 1, bi, j, h, d)];
+          mx = std::max(mx, score[j] *= scale);
+        }
+        for (double x : score) sum += std::exp(x - mx);
+        lse[(bi * s.nh + h) * T + i] = mx + std::log(sum);
+      }
+  return lse;
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+TEST(TransformerKernels, TiledAttentionMatchesTheReferencesAndTheFusedKernel) {
+  for (const AttnShape& s : tiled_shapes()) {
+    const auto qkv = randn(s.b * s.t * 3 * s.c, 41);
+    const auto dout = randn(s.b * s.t * s.c, 42);
+    std::vector<float> out(s.b * s.t * s.c, kNaN), lse(s.b * s.nh * s.t, kNaN), dqkv(qkv.size(), kNaN);
+    K().attention_forward_tiled(out.data(), lse.data(), qkv.data(), s.b, s.t, s.c, s.nh);
+    K().attention_backward_tiled(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.b, s.t, s.c, s.nh);
+    std::vector<double> want_out, want_att;
+    attention_reference(s, qkv, want_out, want_att);
+    expect_close(out, want_out, 1e-5, 1e-6, "out " + name(s));
+    expect_close(lse, attention_lse_reference(s, qkv), 1e-5, 1e-6, "lse " + name(s));
+    expect_close(dqkv, attention_backward_reference(s, qkv, want_att, dout), 1e-4, 2e-5, "dqkv " + name(s));
+
+    // The fused kernel's float values, to the same few ulp (sums in another order).
+    std::vector<float> fused_out(out.size()), att(s.b * s.nh * s.t * s.t), datt(att.size()), fused_dqkv(qkv.size());
+    K().attention_forward(fused_out.data(), att.data(), qkv.data(), s.b, s.t, s.c, s.nh);
+    K().attention_backward(fused_dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), s.b, s.t, s.c, s.nh);
+    expect_close(out, widen(fused_out), 1e-5, 1e-6, "out vs fused " + name(s));
+    expect_close(dqkv, widen(fused_dqkv), 1e-5, 1e-5, "dqkv vs fused " + name(s));
+  }
+}
+
+TEST(TransformerKernels, TiledAttentionRescalesWhenALaterBlockHoldsTheMax) {
+  // Scores grow with the key (q . k_j ~ 21 j): row i's max is in its last block, up to
+  // ~1500 above the first block's, so the running sum and output must be rescaled by
+  // e^(old max - new max) ~ 0 and no exp may overflow.
+  const AttnShape s{1, 70, 2, 1};
+  std::vector<float> qkv(s.t * 3 * s.c);
+  for (int64_t ti = 0; ti < s.t; ++ti)
+    for (int64_t d = 0; d < s.c; ++d) {
+      qkv[qkv_at(s, 0, 0, ti, 0, d)] = 15.f;
+      qkv[qkv_at(s, 1, 0, ti, 0, d)] = static_cast<float>(ti);
+      qkv[qkv_at(s, 2, 0, ti, 0, d)] = static_cast<float>(ti % 5) - 2.f;
+    }
+  std::vector<float> out(s.t * s.c), lse(s.t);
+  K().attention_forward_tiled(out.data(), lse.data(), qkv.data(), s.b, s.t, s.c, s.nh);
+  std::vector<double> want_out, want_att;
+  attention_reference(s, qkv, want_out, want_att);
+  expect_close(out, want_out, 1e-5, 1e-6, "out");
+  expect_close(lse, attention_lse_reference(s, qkv), 1e-5, 1e-6, "lse");
+}
+
+TEST(TransformerKernels, TiledAttentionBackwardGradcheck) {
+  for (const AttnShape& s : {AttnShape{1, 1, 4, 2}, AttnShape{2, 5, 6, 2}, AttnShape{1, 35, 4, 2}}) {
+    auto qkv = randn(s.b * s.t * 3 * s.c, 33);
+    const auto r = randn(s.b * s.t * s.c, 34);
+    std::vector<float> out(s.b * s.t * s.c), lse(s.b * s.nh * s.t);
+    auto fwd = [&] {
+      K().attention_forward_tiled(out.data(), lse.data(), qkv.data(), s.b, s.t, s.c, s.nh);
+      return out;
+    };
+    fwd();
+    std::vector<float> dqkv(qkv.size());
+    K().attention_backward_tiled(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), s.b, s.t, s.c, s.nh);
+    gradcheck(fwd, r, qkv, dqkv, "dqkv " + name(s));
+  }
+}
+
 // --- embedding --------------------------------------------------------------------------
 
 TEST(TransformerKernels, EmbeddingForwardCopiesRows) {
