@@ -1,13 +1,15 @@
 // tandem-bench-attention: the GPT's causal self-attention alone on a CUDA device, forward
 // and backward, through the Kernels interface (attention_forward, attention_backward), and
 // again as the attention layer runs it under --precision bf16 (runtime/batched_attention.h
-// with bf16 products), so that scripts/gpu-check can attribute the GPT steps' time. Each figure is timed with the
-// device's own marks (CUDA events, cudaEventElapsedTime: Kernels::mark / elapsed_ms),
+// with bf16 products), and the flash-style kernels (attention_forward_tiled /
+// attention_backward_tiled, --attention tiled), so that scripts/gpu-check can attribute
+// the GPT steps' time. Each figure is timed with the device's own marks (CUDA events, cudaEventElapsedTime: Kernels::mark / elapsed_ms),
 // the mean and the best of --iters calls after a warm-up. Defaults: nanoGPT's GPU
 // Shakespeare layer, B=64, T=256, C=384, NH=6.
 //   tandem-bench-attention [--batch B] [--context T] [--n-embd C] [--n-head NH] [--iters N] [--device D]
 // Exit 2 (after saying so) where no CUDA GPU is visible: there is nothing to time.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -156,7 +158,24 @@ int main(int argc, char** argv) {
       batched_attention_backward(k, dqkv.get(), datt.get(), dout.get(), qkv.get(), att.get(), scratch_bwd.get(), b,
                                  t, c, nh, Precision::bf16);
     });
+    // Flash-style: a (B, NH, T) log-sum-exp instead of att, no datt.
+    DeviceFloats lse(b * nh * t, d), out_tiled(out_n, d);
+    const Timing fwd_tiled = time_on_device(k, static_cast<int>(iters), [&] {
+      k.attention_forward_tiled(out_tiled.get(), lse.get(), qkv.get(), b, t, c, nh);
+    });
+    const Timing bwd_tiled = time_on_device(k, static_cast<int>(iters), [&] {
+      k.attention_backward_tiled(dqkv.get(), dout.get(), qkv.get(), out_tiled.get(), lse.get(), b, t, c, nh);
+    });
+    // Both forwards once more from the same qkv: the largest difference of their outputs.
+    k.attention_forward(out.get(), att.get(), qkv.get(), b, t, c, nh);
+    k.attention_forward_tiled(out_tiled.get(), lse.get(), qkv.get(), b, t, c, nh);
     k.synchronize();
+    std::vector<float> host_out(static_cast<size_t>(out_n)), host_tiled(static_cast<size_t>(out_n));
+    cuda::copy(host_out.data(), Device::cpu(), out.get(), Device::cuda(d), host_out.size() * sizeof(float));
+    cuda::copy(host_tiled.data(), Device::cpu(), out_tiled.get(), Device::cuda(d), host_tiled.size() * sizeof(float));
+    double tiled_diff = 0;
+    for (size_t i = 0; i < host_out.size(); ++i)
+      tiled_diff = std::max(tiled_diff, static_cast<double>(std::abs(host_out[i] - host_tiled[i])));
 
     const double att_mib = static_cast<double>(att_n) * sizeof(float) / (1024.0 * 1024.0);
     std::printf("attention on %s, B=%lld T=%lld C=%lld NH=%lld, %lld timed calls each (CUDA events)\n",
@@ -170,15 +189,24 @@ int main(int argc, char** argv) {
     std::printf("%-10s %10.3f %10.3f\n", "forward", fwd16.mean_ms, fwd16.best_ms);
     std::printf("%-10s %10.3f %10.3f\n", "backward", bwd16.mean_ms, bwd16.best_ms);
     std::printf("%-10s %10.3f %10.3f\n", "both", fwd16.mean_ms + bwd16.mean_ms, fwd16.best_ms + bwd16.best_ms);
-    std::printf("per layer: att (B, NH, T, T) %.1f MiB, its gradient scratch datt %.1f MiB\n", att_mib, att_mib);
+    std::printf("tiled (--attention tiled, fp32):\n");
+    std::printf("%-10s %10.3f %10.3f\n", "forward", fwd_tiled.mean_ms, fwd_tiled.best_ms);
+    std::printf("%-10s %10.3f %10.3f\n", "backward", bwd_tiled.mean_ms, bwd_tiled.best_ms);
+    std::printf("%-10s %10.3f %10.3f\n", "both", fwd_tiled.mean_ms + bwd_tiled.mean_ms,
+                fwd_tiled.best_ms + bwd_tiled.best_ms);
+    std::printf("tiled out vs materialized out: max |difference| %.3g\n", tiled_diff);
+    std::printf("per layer: att (B, NH, T, T) %.1f MiB, its gradient scratch datt %.1f MiB; tiled: lse (B, NH, T) "
+                "%.3f MiB\n",
+                att_mib, att_mib, static_cast<double>(b * nh * t) * sizeof(float) / (1024.0 * 1024.0));
     // One JSON line for scripts/gpu-check's report.
     std::printf("{\"bench\":\"attention\",\"batch\":%lld,\"context\":%lld,\"n_embd\":%lld,\"n_head\":%lld,"
                 "\"iters\":%lld,\"forward_ms\":%.4f,\"backward_ms\":%.4f,\"forward_best_ms\":%.4f,"
                 "\"backward_best_ms\":%.4f,\"bf16_forward_ms\":%.4f,\"bf16_backward_ms\":%.4f,"
+                "\"tiled_forward_ms\":%.4f,\"tiled_backward_ms\":%.4f,\"tiled_max_abs_diff\":%.3g,"
                 "\"att_mib\":%.2f}\n",
                 static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(c),
                 static_cast<long long>(nh), static_cast<long long>(iters), fwd.mean_ms, bwd.mean_ms, fwd.best_ms,
-                bwd.best_ms, fwd16.mean_ms, bwd16.mean_ms, att_mib);
+                bwd.best_ms, fwd16.mean_ms, bwd16.mean_ms, fwd_tiled.mean_ms, bwd_tiled.mean_ms, tiled_diff, att_mib);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem-bench-attention: %s\n", e.what());
     return 1;

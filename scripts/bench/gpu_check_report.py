@@ -146,6 +146,11 @@ def main():
         attention["bf16_per_step_ms"] = 6 * (attention["bf16_forward_ms"] + attention["bf16_backward_ms"])
         attention["bf16_gpt_step_ms"] = bf16_step_ms
         attention["bf16_share_of_gpt_step"] = attention["bf16_per_step_ms"] / bf16_step_ms if bf16_step_ms else None
+    if attention.get("tiled_forward_ms") is not None and attention.get("tiled_backward_ms") is not None:
+        tiled_step_ms = by_name.get("gpt-b64-tiled", {}).get("step_ms_mean")
+        attention["tiled_per_step_ms"] = 6 * (attention["tiled_forward_ms"] + attention["tiled_backward_ms"])
+        attention["tiled_gpt_step_ms"] = tiled_step_ms
+        attention["tiled_share_of_gpt_step"] = attention["tiled_per_step_ms"] / tiled_step_ms if tiled_step_ms else None
     versions = []
     try:
         with open(os.path.join(a.work, "versions.out"), errors="replace") as f:
@@ -167,6 +172,9 @@ def main():
         "bf16_tokens_per_s": by_name.get("gpt-b64-bf16", {}).get("tokens_per_s"),
         "bf16_peak_device_memory_mb": by_name.get("gpt-b64-bf16", {}).get("peak_device_memory_mb"),
         "bf16_test_loss": by_name.get("gpt-b64-bf16", {}).get("test_loss"),
+        # --attention tiled (step gpt-b64-tiled): flash-style attention, fp32
+        "tiled_tokens_per_s": by_name.get("gpt-b64-tiled", {}).get("tokens_per_s"),
+        "tiled_peak_device_memory_mb": by_name.get("gpt-b64-tiled", {}).get("peak_device_memory_mb"),
         "torch_tf32_matmul": torch_gpt.get("tf32_matmul"), "torch_tf32_cudnn": torch_gpt.get("tf32_cudnn"),
         # TF32 on both sides (gpt-b64-tf32: tandem-train --tf32; torch-gpt-tf32: allow_tf32 = True)
         "tf32_tandem_tokens_per_s": tf32_tokens, "tf32_torch_tokens_per_s": torch_gpt_tf32.get("tokens_per_s"),
@@ -232,6 +240,8 @@ def main():
     print(f"  --precision bf16: tokens/s {fmt(gpt['bf16_tokens_per_s'])} (fp32 {fmt(gpt['tandem_tokens_per_s'])}), "
           f"peak MiB {fmt(gpt['bf16_peak_device_memory_mb'])} (fp32 {fmt(gpt['tandem_peak_device_memory_mb'])}), "
           f"test loss {fmt(gpt['bf16_test_loss'], '.4f')} (fp32 {fmt(gpt['tandem_test_loss'], '.4f')})")
+    print(f"  --attention tiled: tokens/s {fmt(gpt['tiled_tokens_per_s'])} (materialized {fmt(gpt['tandem_tokens_per_s'])}), "
+          f"peak MiB {fmt(gpt['tiled_peak_device_memory_mb'])} (materialized {fmt(gpt['tandem_peak_device_memory_mb'])})")
     print(f"  TF32 on both sides (--tf32, allow_tf32 = True): tandem {fmt(gpt['tf32_tandem_tokens_per_s'])} "
           f"(fp32_math {gpt['tf32_tandem_fp32_math'] or '-'})  pytorch {fmt(gpt['tf32_torch_tokens_per_s'])}  "
           f"ratio {fmt(gpt['tf32_tandem_over_torch'], '.2f')}")
@@ -246,6 +256,13 @@ def main():
                   f"backward {fmt(attention.get('bf16_backward_ms'), '.2f')} ms; x 6 layers = "
                   f"{fmt(attention.get('bf16_per_step_ms'), '.1f')} ms of the bf16 run's "
                   f"{fmt(attention.get('bf16_gpt_step_ms'), '.1f')} ms step ({fmt(None if share is None else 100 * share, '.0f')}%)")
+        if attention.get("tiled_per_step_ms") is not None:
+            share = attention.get("tiled_share_of_gpt_step")
+            print(f"  attention alone, tiled (flash-style, fp32): forward {fmt(attention.get('tiled_forward_ms'), '.2f')} ms, "
+                  f"backward {fmt(attention.get('tiled_backward_ms'), '.2f')} ms; x 6 layers = "
+                  f"{fmt(attention.get('tiled_per_step_ms'), '.1f')} ms of the --attention tiled run's "
+                  f"{fmt(attention.get('tiled_gpt_step_ms'), '.1f')} ms step ({fmt(None if share is None else 100 * share, '.0f')}%); "
+                  f"its output vs the materialized one: max |difference| {fmt(attention.get('tiled_max_abs_diff'), '.2g')}")
     print()
     print(f"targets: mlp accuracy {fmt(mlp_acc, '.4f')} (>= {TARGET_MLP_ACCURACY}: {fmt(targets['mlp_accuracy_met'])}); "
           f"DDP 1 rank / single = {fmt(ddp_ratio, '.3f')} (>= {1 - TARGET_DDP_SLOWDOWN}: "
