@@ -132,6 +132,35 @@ void check_heads(int64_t c, int64_t nh) {
                                 std::to_string(nh));
 }
 
+// Attention's shapes as OpenBLAS takes them: per (b, h), q, k and v are (T, HS) views of
+// qkv with row stride 3C (dq, dk and dv of dqkv at the same offsets), and the head's block
+// of a (B, T, C) tensor (out, dout) has row stride C. Used as
+// `const auto [hs, T, HS, C3, Cld, scale] = AttentionDims(t, c, nh);`.
+struct AttentionDims {
+  int64_t hs;
+  blasint T, HS, C3, Cld;
+  float scale;  // 1 / sqrt(HS)
+  AttentionDims(int64_t t, int64_t c, int64_t nh)
+      : hs(c / nh),
+        T(blas_int(t, "T")),
+        HS(blas_int(hs, "HS")),
+        C3(blas_int(3 * c, "3C")),
+        Cld(blas_int(c, "C")),
+        scale(1.f / std::sqrt(static_cast<float>(hs))) {}
+};
+
+// q, k and v (or dq, dk and dv) of the head whose q starts at `off` inside a (B, T, 3C) tensor.
+template <class F>
+struct QkvViews {
+  F* q;
+  F* k;
+  F* v;
+};
+template <class F>
+QkvViews<F> qkv_views(F* base, int64_t off, int64_t c) {
+  return {base + off, base + off + c, base + off + 2 * c};
+}
+
 }  // namespace
 
 // --- embedding -------------------------------------------------------------------------
@@ -164,16 +193,11 @@ void CpuKernels::attention_forward(float* out, float* att, const float* qkv, int
                                    int64_t nh) {
   check_heads(c, nh);
   if (b == 0 || t == 0) return;
-  const int64_t hs = c / nh;
-  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C"),
-                Cld = blas_int(c, "C");
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const auto [hs, T, HS, C3, Cld, scale] = AttentionDims(t, c, nh);
   std::vector<float> row_buf(static_cast<size_t>((t + 7) / 8 * 8));
   for (int64_t bi = 0; bi < b; ++bi)
     for (int64_t h = 0; h < nh; ++h) {
-      const float* q = qkv + bi * t * 3 * c + h * hs;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
+      const auto [q, k, v] = qkv_views(qkv, bi * t * 3 * c + h * hs, c);
       float* a = att + (bi * nh + h) * t * t;
       float* o = out + bi * t * c + h * hs;
       // Row block [r0, r0 + m) sees keys [0, r0 + m) only.
@@ -193,19 +217,12 @@ void CpuKernels::attention_backward(float* dqkv, float* datt, const float* dout,
                                     const float* att, int64_t b, int64_t t, int64_t c, int64_t nh) {
   check_heads(c, nh);
   if (b == 0 || t == 0) return;
-  const int64_t hs = c / nh;
-  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C"),
-                Cld = blas_int(c, "C");
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const auto [hs, T, HS, C3, Cld, scale] = AttentionDims(t, c, nh);
   for (int64_t bi = 0; bi < b; ++bi)
     for (int64_t h = 0; h < nh; ++h) {
       const int64_t off = bi * t * 3 * c + h * hs;
-      const float* q = qkv + off;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
-      float* dq = dqkv + off;
-      float* dk = dq + c;
-      float* dv = dq + 2 * c;
+      const auto [q, k, v] = qkv_views(qkv, off, c);
+      const auto [dq, dk, dv] = qkv_views(dqkv, off, c);
       const float* a = att + (bi * nh + h) * t * t;
       float* da = datt + (bi * nh + h) * t * t;
       const float* dout_h = dout + bi * t * c + h * hs;
@@ -256,16 +273,12 @@ void CpuKernels::attention_forward_tiled(float* out, float* lse, const float* qk
                                          int64_t nh) {
   check_heads(c, nh);
   if (b == 0 || t == 0) return;
-  const int64_t hs = c / nh;
-  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C");
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const auto [hs, T, HS, C3, Cld, scale] = AttentionDims(t, c, nh);
   std::vector<float> s(kRowBlock * kRowBlock), acc(static_cast<size_t>(kRowBlock * hs));
   float m_run[kRowBlock], l_run[kRowBlock], m_new[kRowBlock];
   for (int64_t bi = 0; bi < b; ++bi)
     for (int64_t h = 0; h < nh; ++h) {
-      const float* q = qkv + bi * t * 3 * c + h * hs;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
+      const auto [q, k, v] = qkv_views(qkv, bi * t * 3 * c + h * hs, c);
       float* o = out + bi * t * c + h * hs;
       float* row_lse = lse + (bi * nh + h) * t;
       for (blasint r0 = 0; r0 < T; r0 += kRowBlock) {
@@ -310,20 +323,13 @@ void CpuKernels::attention_backward_tiled(float* dqkv, const float* dout, const 
                                           const float* lse, int64_t b, int64_t t, int64_t c, int64_t nh) {
   check_heads(c, nh);
   if (b == 0 || t == 0) return;
-  const int64_t hs = c / nh;
-  const blasint T = blas_int(t, "T"), HS = blas_int(hs, "HS"), C3 = blas_int(3 * c, "3C"),
-                Cld = blas_int(c, "C");
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const auto [hs, T, HS, C3, Cld, scale] = AttentionDims(t, c, nh);
   std::vector<float> p(kRowBlock * kRowBlock), ds(kRowBlock * kRowBlock), delta(static_cast<size_t>(t));
   for (int64_t bi = 0; bi < b; ++bi)
     for (int64_t h = 0; h < nh; ++h) {
       const int64_t off = bi * t * 3 * c + h * hs;
-      const float* q = qkv + off;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
-      float* dq = dqkv + off;
-      float* dk = dq + c;
-      float* dv = dq + 2 * c;
+      const auto [q, k, v] = qkv_views(qkv, off, c);
+      const auto [dq, dk, dv] = qkv_views(dqkv, off, c);
       const float* o = out + bi * t * c + h * hs;
       const float* dout_h = dout + bi * t * c + h * hs;
       const float* row_lse = lse + (bi * nh + h) * t;

@@ -181,16 +181,25 @@ __device__ __forceinline__ float dot_row(const float (&a)[kMaxHs], const float* 
   return s;
 }
 
-// grid (ceil(T / kTileRows), B * NH). Row i's keys are [0, i]; the block's tiles end at its
-// last row's.
+// A query-row block of grid (ceil(T / kTileRows), B * NH): its batch and head
+// (blockIdx.y = bi * NH + h), the head size, this thread's row, and the end of the keys the
+// block's rows see (row i's keys are [0, i]; the block's tiles end at its last row's).
+struct QueryRows {
+  int64_t bi, h, hs, row, keys_end;
+};
+__device__ __forceinline__ QueryRows query_rows(int64_t t, int64_t c, int64_t nh) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  return {blockIdx.y / nh, blockIdx.y % nh, c / nh, first + threadIdx.x,
+          t < first + kTileRows ? t : first + kTileRows};
+}
+
+// out and lse, one thread per query row: online softmax over the key tiles it sees.
 template <int kMaxHs>
 __global__ void attention_forward_tiled_kernel(float* __restrict__ out, float* __restrict__ lse,
                                                const float* __restrict__ qkv, int64_t t, int64_t c, int64_t nh,
                                                float scale) {
   __shared__ float ks[kTileCols][kMaxHs], vs[kTileCols][kMaxHs];
-  const int64_t bi = blockIdx.y / nh, h = blockIdx.y % nh, hs = c / nh;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows, row = first + threadIdx.x;
-  const int64_t keys_end = t < first + kTileRows ? t : first + kTileRows;
+  const auto [bi, h, hs, row, keys_end] = query_rows(t, c, nh);
   const float* base = qkv + bi * t * 3 * c + h * hs;
   const bool active = row < t;
   float q[kMaxHs], o[kMaxHs];
@@ -257,9 +266,7 @@ __global__ void attention_dq_tiled_kernel(float* __restrict__ dqkv, const float*
                                           const float* __restrict__ delta, int64_t t, int64_t c, int64_t nh,
                                           float scale) {
   __shared__ float ks[kTileCols][kMaxHs], vs[kTileCols][kMaxHs];
-  const int64_t bi = blockIdx.y / nh, h = blockIdx.y % nh, hs = c / nh;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows, row = first + threadIdx.x;
-  const int64_t keys_end = t < first + kTileRows ? t : first + kTileRows;
+  const auto [bi, h, hs, row, keys_end] = query_rows(t, c, nh);
   const int64_t off = bi * t * 3 * c + h * hs;
   const float* base = qkv + off;
   const bool active = row < t;
