@@ -185,7 +185,9 @@ void run_sampling(const TrainConfig& c, Device device) {
   const std::string path = resolve_resume(c.resume, c.checkpoint_dir);
   if (path.empty()) throw UsageError("--sample: no checkpoint found to sample from (--resume " + c.resume + ")");
   const CheckpointMeta meta = read_checkpoint_meta(path);
-  GptModel model(gpt_config_from_meta(meta), c.seed);
+  GptConfig config = gpt_config_from_meta(meta);
+  config.attention = parse_attention_kernel(c.attention);  // not the checkpoint's: how to run, not what
+  GptModel model(config, c.seed);
   model.to(device);
   load_checkpoint(path, model, nullptr);
   SampleOptions so;
