@@ -255,6 +255,13 @@ TEST(CpuDispatch, ConvolutionBatchnormAndAttentionKernelsMatchTheBaseline) {
         k.attention_forward(out.data(), att.data(), qkv.data(), b, t, cc, nh);
         k.attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), b, t, cc, nh);
         o.add(out), o.add(att), o.add(dqkv), o.add(datt);
+        // The tiled kernels at a T that crosses their 32-row blocks.
+        const int64_t tt = 41;
+        const std::vector<float> qkv2 = randn(b * tt * 3 * cc, 39), dout2 = randn(b * tt * cc, 40);
+        std::vector<float> out2(b * tt * cc), lse(b * nh * tt), dqkv2(b * tt * 3 * cc);
+        k.attention_forward_tiled(out2.data(), lse.data(), qkv2.data(), b, tt, cc, nh);
+        k.attention_backward_tiled(dqkv2.data(), dout2.data(), qkv2.data(), out2.data(), lse.data(), b, tt, cc, nh);
+        o.add(out2), o.add(lse), o.add(dqkv2);
       }) == 0)
     GTEST_SKIP() << "this CPU runs only the baseline kernels: nothing to compare";
 }
