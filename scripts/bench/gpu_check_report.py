@@ -66,6 +66,11 @@ def run_fields(summary):
     return out
 
 
+# tandem-bench-attention's variants: the prefix of their JSON keys, and the gpu-check step
+# whose GPT run used them.
+ATTENTION_VARIANTS = (("", "gpt-b64"), ("bf16_", "gpt-b64-bf16"), ("tiled_", "gpt-b64-tiled"))
+
+
 def fmt(v, spec=".0f"):
     if v is None:
         return "-"
@@ -136,21 +141,15 @@ def main():
     # The attention alone (tandem-bench-attention), against the GPT step it is part of:
     # n_layer forward and backward calls per step (no activation checkpointing).
     attention = load_jsonl_first(os.path.join(a.work, "attention.jsonl"))
-    gpt_step_ms = by_name.get("gpt-b64", {}).get("step_ms_mean")
-    if attention.get("forward_ms") is not None and attention.get("backward_ms") is not None:
-        attention["per_step_ms"] = 6 * (attention["forward_ms"] + attention["backward_ms"])  # 6 layers
-        attention["gpt_step_ms"] = gpt_step_ms
-        attention["share_of_gpt_step"] = attention["per_step_ms"] / gpt_step_ms if gpt_step_ms else None
-    if attention.get("bf16_forward_ms") is not None and attention.get("bf16_backward_ms") is not None:
-        bf16_step_ms = by_name.get("gpt-b64-bf16", {}).get("step_ms_mean")
-        attention["bf16_per_step_ms"] = 6 * (attention["bf16_forward_ms"] + attention["bf16_backward_ms"])
-        attention["bf16_gpt_step_ms"] = bf16_step_ms
-        attention["bf16_share_of_gpt_step"] = attention["bf16_per_step_ms"] / bf16_step_ms if bf16_step_ms else None
-    if attention.get("tiled_forward_ms") is not None and attention.get("tiled_backward_ms") is not None:
-        tiled_step_ms = by_name.get("gpt-b64-tiled", {}).get("step_ms_mean")
-        attention["tiled_per_step_ms"] = 6 * (attention["tiled_forward_ms"] + attention["tiled_backward_ms"])
-        attention["tiled_gpt_step_ms"] = tiled_step_ms
-        attention["tiled_share_of_gpt_step"] = attention["tiled_per_step_ms"] / tiled_step_ms if tiled_step_ms else None
+    # Each variant's kernels (JSON prefix) against the GPT run that used them (step name).
+    for prefix, step in ATTENTION_VARIANTS:
+        fwd, bwd = attention.get(prefix + "forward_ms"), attention.get(prefix + "backward_ms")
+        if fwd is None or bwd is None:
+            continue
+        step_ms = by_name.get(step, {}).get("step_ms_mean")
+        attention[prefix + "per_step_ms"] = 6 * (fwd + bwd)  # 6 layers
+        attention[prefix + "gpt_step_ms"] = step_ms
+        attention[prefix + "share_of_gpt_step"] = attention[prefix + "per_step_ms"] / step_ms if step_ms else None
     versions = []
     try:
         with open(os.path.join(a.work, "versions.out"), errors="replace") as f:
@@ -245,24 +244,19 @@ def main():
     print(f"  TF32 on both sides (--tf32, allow_tf32 = True): tandem {fmt(gpt['tf32_tandem_tokens_per_s'])} "
           f"(fp32_math {gpt['tf32_tandem_fp32_math'] or '-'})  pytorch {fmt(gpt['tf32_torch_tokens_per_s'])}  "
           f"ratio {fmt(gpt['tf32_tandem_over_torch'], '.2f')}")
-    if attention:
-        print(f"  attention alone (B 64, T 256, C 384, NH 6, CUDA events): forward {fmt(attention.get('forward_ms'), '.2f')} ms, "
-              f"backward {fmt(attention.get('backward_ms'), '.2f')} ms; x 6 layers = "
-              f"{fmt(attention.get('per_step_ms'), '.1f')} ms of the {fmt(attention.get('gpt_step_ms'), '.1f')} ms step "
-              f"({fmt(None if attention.get('share_of_gpt_step') is None else 100 * attention['share_of_gpt_step'], '.0f')}%)")
-        if attention.get("bf16_per_step_ms") is not None:
-            share = attention.get("bf16_share_of_gpt_step")
-            print(f"  attention alone, bf16 products: forward {fmt(attention.get('bf16_forward_ms'), '.2f')} ms, "
-                  f"backward {fmt(attention.get('bf16_backward_ms'), '.2f')} ms; x 6 layers = "
-                  f"{fmt(attention.get('bf16_per_step_ms'), '.1f')} ms of the bf16 run's "
-                  f"{fmt(attention.get('bf16_gpt_step_ms'), '.1f')} ms step ({fmt(None if share is None else 100 * share, '.0f')}%)")
-        if attention.get("tiled_per_step_ms") is not None:
-            share = attention.get("tiled_share_of_gpt_step")
-            print(f"  attention alone, tiled (flash-style, fp32): forward {fmt(attention.get('tiled_forward_ms'), '.2f')} ms, "
-                  f"backward {fmt(attention.get('tiled_backward_ms'), '.2f')} ms; x 6 layers = "
-                  f"{fmt(attention.get('tiled_per_step_ms'), '.1f')} ms of the --attention tiled run's "
-                  f"{fmt(attention.get('tiled_gpt_step_ms'), '.1f')} ms step ({fmt(None if share is None else 100 * share, '.0f')}%); "
-                  f"its output vs the materialized one: max |difference| {fmt(attention.get('tiled_max_abs_diff'), '.2g')}")
+    labels = {"": "materialized, fp32 (B 64, T 256, C 384, NH 6, CUDA events)", "bf16_": "bf16 products",
+              "tiled_": "tiled (flash-style, fp32)"}
+    for prefix, step in ATTENTION_VARIANTS:
+        if attention.get(prefix + "per_step_ms") is None:
+            continue
+        share = attention.get(prefix + "share_of_gpt_step")
+        line = (f"  attention alone, {labels[prefix]}: forward {fmt(attention.get(prefix + 'forward_ms'), '.2f')} ms, "
+                f"backward {fmt(attention.get(prefix + 'backward_ms'), '.2f')} ms; x 6 layers = "
+                f"{fmt(attention.get(prefix + 'per_step_ms'), '.1f')} ms of {step}'s "
+                f"{fmt(attention.get(prefix + 'gpt_step_ms'), '.1f')} ms step ({fmt(None if share is None else 100 * share, '.0f')}%)")
+        if prefix == "tiled_":
+            line += f"; its output vs the materialized one: max |difference| {fmt(attention.get('tiled_max_abs_diff'), '.2g')}"
+        print(line)
     print()
     print(f"targets: mlp accuracy {fmt(mlp_acc, '.4f')} (>= {TARGET_MLP_ACCURACY}: {fmt(targets['mlp_accuracy_met'])}); "
           f"DDP 1 rank / single = {fmt(ddp_ratio, '.3f')} (>= {1 - TARGET_DDP_SLOWDOWN}: "
