@@ -50,22 +50,22 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor qkv = qkv_->forward(x);
   Tensor out = reuse_buffer(out_cache_, {b, t, n_embd_}, device_);
   Kernels& k = kernels_for(device_);
+  // Evaluation keeps nothing for a backward.
   if (kernel_ == AttentionKernel::tiled) {
     Tensor lse = reuse_buffer(lse_cache_, {b, n_head_, t}, device_);
     k.attention_forward_tiled(out.f32(), lse.f32(), qkv.f32(), b, t, n_embd_, n_head_);
     if (training_) qkv_out_ = qkv, out_ = out, lse_ = lse;
-    Tensor y = proj_->forward(out);
-    return drop_ ? drop_->forward(y) : y;
-  }
-  Tensor att = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
-  if (precision() == Precision::bf16) {
-    Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, false, device_);
-    batched_attention_forward(k, out.f32(), att.f32(), qkv.f32(), scratch.f32(), b, t, n_embd_, n_head_,
-                              Precision::bf16);
   } else {
-    k.attention_forward(out.f32(), att.f32(), qkv.f32(), b, t, n_embd_, n_head_);
+    Tensor att = reuse_buffer(att_cache_, {b, n_head_, t, t}, device_);
+    if (precision() == Precision::bf16) {
+      Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, false, device_);
+      batched_attention_forward(k, out.f32(), att.f32(), qkv.f32(), scratch.f32(), b, t, n_embd_, n_head_,
+                                Precision::bf16);
+    } else {
+      k.attention_forward(out.f32(), att.f32(), qkv.f32(), b, t, n_embd_, n_head_);
+    }
+    if (training_) qkv_out_ = qkv, att_ = att;
   }
-  if (training_) qkv_out_ = qkv, att_ = att;  // evaluation keeps nothing for a backward
   Tensor y = proj_->forward(out);
   return drop_ ? drop_->forward(y) : y;
 }
@@ -80,21 +80,20 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   if (kernel_ == AttentionKernel::tiled) {
     k.attention_backward_tiled(dqkv.f32(), dout.f32(), qkv_out_.f32(), out_.f32(), lse_.f32(), b, t, n_embd_,
                                n_head_);
-    qkv_out_ = Tensor();
-    out_ = Tensor();
-    lse_ = Tensor();
-    return backward_child(*qkv_, dqkv);
-  }
-  Tensor datt = reuse_buffer(datt_cache_, att_.shape(), device_);
-  if (precision() == Precision::bf16) {
-    Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, true, device_);
-    batched_attention_backward(k, dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), scratch.f32(), b,
-                               t, n_embd_, n_head_, Precision::bf16);
   } else {
-    k.attention_backward(dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), b, t, n_embd_, n_head_);
+    Tensor datt = reuse_buffer(datt_cache_, att_.shape(), device_);
+    if (precision() == Precision::bf16) {
+      Tensor scratch = attention_scratch(b, t, n_embd_, n_head_, true, device_);
+      batched_attention_backward(k, dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), scratch.f32(),
+                                 b, t, n_embd_, n_head_, Precision::bf16);
+    } else {
+      k.attention_backward(dqkv.f32(), datt.f32(), dout.f32(), qkv_out_.f32(), att_.f32(), b, t, n_embd_, n_head_);
+    }
   }
   qkv_out_ = Tensor();
   att_ = Tensor();
+  out_ = Tensor();
+  lse_ = Tensor();
   return backward_child(*qkv_, dqkv);
 }
 
