@@ -31,7 +31,7 @@ using store_wire::Status;
 const std::string kSecret = "0123456789abcdef-the-job-secret";
 const std::string kJob = "auth-job";
 
-TcpStoreOptions client_options(int port, std::string secret) {
+TcpStoreOptions secret_client_options(int port, std::string secret) {
   TcpStoreOptions o;
   o.host = "127.0.0.1";
   o.port = port;
@@ -46,7 +46,7 @@ StoreServerOptions server_options(std::string secret) { return {"127.0.0.1", 0, 
 
 struct AuthFixture : ::testing::Test {
   StoreServer server{server_options(kSecret)};
-  TcpStore store{client_options(server.port(), kSecret)};
+  TcpStore store{secret_client_options(server.port(), kSecret)};
 };
 
 std::string error_of(const TcpStoreOptions& o) {
@@ -80,13 +80,13 @@ std::string proof_frame(const std::string& proof) {
 
 TEST_F(AuthFixture, TheRightSecretIsLetIn) {
   store.set("k", "v");
-  TcpStore other(client_options(server.port(), kSecret));
+  TcpStore other(secret_client_options(server.port(), kSecret));
   EXPECT_EQ(other.get("k", seconds(5)), "v");
   EXPECT_EQ(server.refused_clients(), 0);
 }
 
 TEST_F(AuthFixture, NoSecretIsRefusedWithAClearMessage) {
-  const std::string e = error_of(client_options(server.port(), ""));
+  const std::string e = error_of(secret_client_options(server.port(), ""));
   EXPECT_NE(e.find("the store requires the job secret, which this process lacks"), std::string::npos) << e;
   EXPECT_EQ(server.refused_clients(), 1);
   store.set("still", "serving");
@@ -95,7 +95,7 @@ TEST_F(AuthFixture, NoSecretIsRefusedWithAClearMessage) {
 
 TEST_F(AuthFixture, WrongSecretIsRefusedOnBothSides) {
   // The client notices first: the store cannot prove the client's (wrong) secret.
-  const std::string e = error_of(client_options(server.port(), "a-wrong-secret-of-some-length"));
+  const std::string e = error_of(secret_client_options(server.port(), "a-wrong-secret-of-some-length"));
   EXPECT_NE(e.find("the store could not prove it knows the job secret"), std::string::npos) << e;
   // A client that sends its wrong proof anyway is told auth_failed and closed.
   const int fd = raw_connect(server.port());
@@ -206,9 +206,9 @@ TEST_F(AuthFixture, AnOldClientIsToldTheVersion) {
 
 TEST(StoreAuth, AClientWithASecretRefusesAStoreWithout) {
   StoreServer open_server(server_options(""));
-  const std::string e = error_of(client_options(open_server.port(), kSecret));
+  const std::string e = error_of(secret_client_options(open_server.port(), kSecret));
   EXPECT_NE(e.find("the store does not ask for the job secret, but this process has one"), std::string::npos) << e;
-  TcpStore without(client_options(open_server.port(), ""));  // as before version 3
+  TcpStore without(secret_client_options(open_server.port(), ""));  // as before version 3
   without.set("a", "b");
   EXPECT_EQ(without.get("a", seconds(5)), "b");
 }
@@ -221,8 +221,8 @@ TEST(StoreAuth, AHalfFinishedHandshakeIsDroppedAtItsDeadlineAndBlocksNoOne) {
   challenge(held, std::string(32, 'h'));  // and never the proof
   const int silent = raw_connect(server.port());  // connected, not a byte sent
   // Meanwhile the job's own clients connect and work.
-  TcpStore a(client_options(server.port(), kSecret));
-  TcpStore b(client_options(server.port(), kSecret));
+  TcpStore a(secret_client_options(server.port(), kSecret));
+  TcpStore b(secret_client_options(server.port(), kSecret));
   a.set("x", "1");
   EXPECT_EQ(b.get("x", seconds(5)), "1");
   // The server closes both at their deadline (the reads wait for that, bounded at 20 s).
@@ -236,7 +236,7 @@ TEST(StoreAuth, AHalfFinishedHandshakeIsDroppedAtItsDeadlineAndBlocksNoOne) {
 
 TEST(StoreAuth, AFloodOfFailedHandshakesIsCountedAndTheServerServesOn) {
   StoreServer server(server_options(kSecret));
-  TcpStore store(client_options(server.port(), kSecret));
+  TcpStore store(secret_client_options(server.port(), kSecret));
   constexpr int kFlood = 300;
   for (int i = 0; i < kFlood; ++i) {
     const int fd = raw_connect(server.port());
@@ -297,7 +297,7 @@ TEST(StoreAuth, AFloodOfHalfOpenConnectionsEvictsTheOldestNotTheJob) {
   std::vector<int> silent;
   for (int i = 0; i < 300; ++i) silent.push_back(raw_connect(server.port()));
   // The job's client is let in: its handshake makes 257 pending, which evicts one more.
-  TcpStore store(client_options(server.port(), kSecret));
+  TcpStore store(secret_client_options(server.port(), kSecret));
   store.set("k", "v");
   EXPECT_EQ(store.get("k", seconds(5)), "v");
   for (int i = 0; i < 45; ++i) EXPECT_TRUE(closed_by_server(silent[i])) << "connection " << i;
