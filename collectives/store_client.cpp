@@ -18,6 +18,7 @@
 #include "collectives/store.h"
 #include "collectives/store_auth.h"
 #include "collectives/store_protocol.h"
+#include "collectives/untrusted_text.h"
 
 namespace tandem {
 
@@ -26,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 namespace {
+
+// How much of an error the store sent back goes into this process's error message.
+constexpr size_t kStoreErrorLogBytes = 512;
 
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string s;
@@ -261,7 +265,8 @@ TcpStore::Reply TcpStore::call(const std::string& request, milliseconds deadline
   }
   if (r.status == Status::error) {
     Reader in(r.body);
-    throw StoreError(describe() + ": " + in.str(StoreLimits::kMaxValueBytes));
+    // The store's words, escaped: without a job secret any program on that port may have answered.
+    throw StoreError(describe() + ": " + escape_untrusted(in.str(StoreLimits::kMaxValueBytes), kStoreErrorLogBytes));
   }
   return r;
 }

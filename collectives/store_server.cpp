@@ -23,7 +23,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "collectives/store_auth.h"
 #include "collectives/store_server_impl.h"
+#include "collectives/untrusted_text.h"
 
 namespace tandem {
 
@@ -33,6 +35,12 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
+// Before its handshake is over a connection is a stranger's: its frames may be only as long
+// as a hello (magic, version, a job id of at most kMaxKeyBytes, a nonce) or a proof need,
+// and it may have no more than one such frame buffered, so each stranger costs the store a
+// few KiB at most, whatever it declares (docs/security.md).
+constexpr size_t kMaxHandshakeFrameBytes = 4 + 4 + 4 + StoreLimits::kMaxKeyBytes + 4 + store_auth::kNonceBytes;
+constexpr size_t kMaxHandshakeBuffered = 4 + kMaxHandshakeFrameBytes;
 constexpr size_t kMaxReadPerRound = 4 * 1024 * 1024;  // fairness between clients
 constexpr size_t kMaxPendingOutput = 2 * StoreLimits::kMaxFrameBytes;
 constexpr uint32_t kMaxKeysPerRequest = 1 << 20;
@@ -201,18 +209,41 @@ void StoreServer::Impl::accept_clients() {
   }
 }
 
+// The longest frame this client may send now: a handshake's until it has finished one.
+size_t StoreServer::Impl::frame_limit(const Client& c) const {
+  return c.greeted ? StoreLimits::kMaxFrameBytes : kMaxHandshakeFrameBytes;
+}
+
+// Why a frame this client declared `len` bytes long is refused; empty if it is not.
+std::string StoreServer::Impl::oversized(const Client& c, uint32_t len) const {
+  if (len <= frame_limit(c)) return {};
+  return "frame of " + std::to_string(len) + " bytes exceeds the limit" +
+         (c.greeted ? "" : " of " + std::to_string(kMaxHandshakeFrameBytes) + " bytes before the handshake is over");
+}
+
 void StoreServer::Impl::read_client(uint64_t id, Client& c) {
   size_t total = 0;
   char buf[kReadChunk];
   while (total < kMaxReadPerRound) {
-    const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
+    // A stranger's reads stop at what one handshake frame can need, so what it sends
+    // beyond that is never buffered.
+    const size_t room = c.greeted ? sizeof(buf) : std::min(sizeof(buf), kMaxHandshakeBuffered + 1 - std::min(c.in.size(), kMaxHandshakeBuffered));
+    const ssize_t n = recv(c.fd, buf, room, 0);
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
       total += static_cast<size_t>(n);
       // Check the declared length as soon as it is known, so an oversized frame is
       // refused before its body is buffered.
-      if (!c.blocked && c.in.size() >= 4 && read_frame_length(c.in.data()) > StoreLimits::kMaxFrameBytes) {
-        drop(c, "frame of " + std::to_string(read_frame_length(c.in.data())) + " bytes exceeds the limit");
+      if (!c.blocked && c.in.size() >= 4) {
+        if (std::string why = oversized(c, read_frame_length(c.in.data())); !why.empty()) {
+          drop(c, why);
+          return;
+        }
+      }
+      // A client sends its hello, or its proof, and waits for the answer: one that sends
+      // more before the handshake is over is not following the protocol.
+      if (!c.greeted && c.in.size() > kMaxHandshakeBuffered) {
+        drop(c, "it sent more than a handshake frame before the handshake was over");
         return;
       }
       if (c.blocked && c.in.size() > StoreLimits::kMaxFrameBytes) {
@@ -300,8 +331,8 @@ void StoreServer::Impl::process(uint64_t id) {
   size_t consumed = 0;
   while (!c.dead && !c.blocked && !c.close_after_flush && c.in.size() - consumed >= 4) {
     const uint32_t len = read_frame_length(c.in.data() + consumed);
-    if (len > StoreLimits::kMaxFrameBytes) {
-      drop(c, "frame of " + std::to_string(len) + " bytes exceeds the limit");
+    if (std::string why = oversized(c, len); !why.empty()) {
+      drop(c, why);
       return;
     }
     if (c.in.size() - consumed - 4 < len) break;  // incomplete: wait for more bytes
@@ -392,13 +423,13 @@ bool StoreServer::Impl::handle(uint64_t id, Client& c, std::string_view body) {
         const std::string& s = found->second;
         auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
         if (ec != std::errc() || end != s.data() + s.size()) {
-          w.u8(static_cast<uint8_t>(Status::error)).str("add: key '" + key + "' does not hold an integer");
+          w.u8(static_cast<uint8_t>(Status::error)).str("add: key " + quote_untrusted(key) + " does not hold an integer");
           reply(c, w);
           return true;
         }
       }
       if (__builtin_add_overflow(value, delta, &value)) {
-        w.u8(static_cast<uint8_t>(Status::error)).str("add: key '" + key + "' would overflow a 64-bit integer");
+        w.u8(static_cast<uint8_t>(Status::error)).str("add: key " + quote_untrusted(key) + " would overflow a 64-bit integer");
         reply(c, w);
         return true;
       }

@@ -6,6 +6,7 @@
 // connection's nonces; every other outcome closes the connection and counts as refused.
 #include "collectives/store_auth.h"
 #include "collectives/store_server_impl.h"
+#include "collectives/untrusted_text.h"
 
 namespace tandem {
 
@@ -68,7 +69,7 @@ bool StoreServer::Impl::hello(Client& c, Reader& r) {
   if (!r.ok() || !r.done() || c.client_nonce.size() != store_auth::kNonceBytes) return false;
   if (job != options.job_id) {
     w.u8(static_cast<uint8_t>(Status::wrong_job)).str(options.job_id);
-    refuse_after_reply(c, "it belongs to job '" + job + "', this store serves job '" + options.job_id + "'", w);
+    refuse_after_reply(c, "it belongs to job " + quote_untrusted(job) + ", this store serves job '" + options.job_id + "'", w);
     return true;
   }
   if (options.secret.empty()) {

@@ -70,6 +70,8 @@ struct StoreServer::Impl {
   void run();
   void accept_clients();
   void read_client(uint64_t id, Client& c);
+  size_t frame_limit(const Client& c) const;
+  std::string oversized(const Client& c, uint32_t len) const;
   void flush(Client& c);
   void drop(Client& c, const std::string& why);
   void refuse_after_reply(Client& c, const std::string& why, store_wire::Writer& w);

@@ -190,6 +190,38 @@ TEST_F(AuthFixture, TruncatedAndGarbageHandshakesDropOnlyThatClient) {
   EXPECT_EQ(store.get("still", seconds(5)), "serving");
 }
 
+TEST_F(AuthFixture, AStrangersFramesAreCappedAtWhatAHandshakeNeeds) {
+  // The largest hello there is (a job id of kMaxKeyBytes) is read and answered.
+  const std::string longest_job(StoreLimits::kMaxKeyBytes, 'j');
+  const int fd = raw_connect(server.port());
+  raw_send(fd, hello_frame(longest_job));
+  const std::string body = read_reply(fd);
+  ASSERT_FALSE(body.empty());
+  EXPECT_EQ(static_cast<Status>(body[0]), Status::wrong_job);
+  close(fd);
+  // Dropped: a declared 8 MiB hello at its header, whatever follows; a hello one byte past
+  // the largest; a hello with more bytes behind it before any answer.
+  const std::string hello = hello_frame(kJob);
+  const std::vector<std::string> bad = {
+      cat({le32(8u << 20), std::string(64 * 1024, 'x')}),
+      hello_frame(longest_job + "j"),
+      cat({hello, std::string(8 * 1024, 'x')}),
+  };
+  for (const auto& bytes : bad) {
+    const int s = raw_connect(server.port());
+    send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL);  // the store may close before it all arrives
+    EXPECT_TRUE(closed_by_server(s));
+    close(s);
+  }
+  EXPECT_EQ(server.refused_clients(), 1 + static_cast<int64_t>(bad.size()));
+  store.set("still", "serving");
+  EXPECT_EQ(store.get("still", seconds(5)), "serving");
+  // After the handshake the general limit applies: a 1 MiB value round-trips.
+  const std::string big(1 << 20, 'v');
+  store.set("big", big);
+  EXPECT_EQ(store.get("big", seconds(5)), big);
+}
+
 TEST_F(AuthFixture, AnOldClientIsToldTheVersion) {
   // A version-2 hello (no nonce): refused with bad_version and this store's version.
   const int fd = raw_connect(server.port());
