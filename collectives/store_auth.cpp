@@ -9,9 +9,12 @@
 #include <openssl/rand.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "collectives/store_protocol.h"
 
@@ -35,17 +38,55 @@ std::string generate_secret() {
   return hex;
 }
 
+namespace {
+
+// The smallest p such that secret[i] == secret[i + p] for every i (the prefix function).
+size_t smallest_period(std::string_view s) {
+  std::vector<size_t> border(s.size(), 0);
+  for (size_t i = 1, k = 0; i < s.size(); ++i) {
+    while (k > 0 && s[i] != s[k]) k = border[k - 1];
+    if (s[i] == s[k]) ++k;
+    border[i] = k;
+  }
+  return s.size() - border.back();
+}
+
+// Bits of randomness a character of `s` can hold at most, judged by the smallest of these
+// alphabets all of `s` is drawn from (store_auth.h).
+int bits_per_character(std::string_view s) {
+  const auto all = [&](auto in) { return std::all_of(s.begin(), s.end(), [&](char c) { return in(static_cast<unsigned char>(c)); }); };
+  if (all([](unsigned char c) { return std::isxdigit(c) != 0; })) return 4;
+  if (all([](unsigned char c) { return std::isalpha(c) || std::strchr(" -_.,'", c); })) return 2;  // words
+  if (all([](unsigned char c) { return std::isalnum(c) || std::strchr("+/=-_", c); })) return 6;  // base64
+  if (all([](unsigned char c) { return c >= 0x20 && c < 0x7f; })) return 6;                       // printable
+  return 8;
+}
+
+}  // namespace
+
 std::string secret_problem(std::string_view secret) {
   if (secret.empty()) return "it is empty";
   if (secret.size() < kMinSecretBytes) {
     return "it is " + std::to_string(secret.size()) + " bytes long, shorter than the " +
-           std::to_string(kMinSecretBytes) + " bytes a secret needs";
+           std::to_string(kMinSecretBytes) + " bytes a secret needs (make one with `openssl rand -hex 32`)";
   }
   if (secret.size() > kMaxSecretBytes) {
     return "it is " + std::to_string(secret.size()) + " bytes long, longer than " + std::to_string(kMaxSecretBytes);
   }
   if (secret.find_first_of(std::string_view("\0\r\n", 3)) != std::string_view::npos) {
     return "it contains a NUL, CR or LF byte (one secret on one line)";
+  }
+  // Never the secret itself in a message: only what is wrong with it.
+  const size_t period = smallest_period(secret);
+  if (period == 1) return "it is one byte repeated " + std::to_string(secret.size()) + " times";
+  if (period <= secret.size() / 2) {
+    return "it repeats a pattern of " + std::to_string(period) + " bytes (make one with `openssl rand -hex 32`)";
+  }
+  const size_t bits = secret.size() * static_cast<size_t>(bits_per_character(secret));
+  if (bits < kMinSecretBits) {
+    return "it can hold at most " + std::to_string(bits) + " bits of randomness judged by its characters, fewer than the " +
+           std::to_string(kMinSecretBits) + " a secret needs (hex digits count 4 bits each, words 2, base64 and other "
+           "printable text 6, other bytes 8; make one with `openssl rand -hex 32`)";
   }
   return {};
 }

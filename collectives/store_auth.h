@@ -1,19 +1,23 @@
 // The job secret and the store's challenge-response handshake (docs/security.md).
 //
 // Every connection to a store that has a secret proves, in both directions, that its
-// end knows the secret, without sending it:
+// end knows the secret, without sending it (protocol version 4):
 //
-//   client -> server   hello     magic, version, job id, client nonce (32 random bytes)
-//   server -> client   challenge server nonce (32 random bytes, fresh per connection),
-//                                server proof = HMAC-SHA256(secret, "server" | job | Nc | Ns)
+//   client -> server   hello     magic, version, job id, client nonce Nc (32 random bytes)
+//   server -> client   challenge server nonce Ns (32 random bytes, fresh per connection)
 //   client -> server   proof     client proof = HMAC-SHA256(secret, "client" | job | Nc | Ns)
-//   server -> client   ok | auth_failed
+//   server -> client   ok + server proof = HMAC-SHA256(secret, "server" | job | Nc | Ns),
+//                      or auth_failed
 //
-// The client checks the server's proof first, so a process squatting on the store's
-// port learns nothing it can use; the server's nonce makes a recorded handshake
+// The client proves first: a stranger who connects to the store gets a fresh nonce and
+// nothing computed from the secret, so it has no HMAC output to guess the secret against
+// offline. The store's proof, sent only to a client whose proof checked out, shows the
+// client it reached the job's store and not a program squatting on its port (such a
+// program does get the client's proof over its own nonce, which is why secrets must hold
+// 256 random bits: secret_problem). The server's nonce makes a recorded handshake
 // worthless on a new connection; the two labels keep one side's proof from serving as
 // the other's. Proofs are compared in constant time (CRYPTO_memcmp).
-// Invariant: a secret that reaches a store or a proof has passed check_secret.
+// Invariant: a secret that reaches a store or a proof has passed secret_problem.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +28,8 @@ namespace tandem::store_auth {
 
 constexpr size_t kNonceBytes = 32;
 constexpr size_t kProofBytes = 32;  // SHA-256
-constexpr size_t kMinSecretBytes = 16;
+constexpr size_t kMinSecretBytes = 32;
+constexpr size_t kMinSecretBits = 256;  // what 32 random bytes hold
 constexpr size_t kMaxSecretBytes = 4096;
 
 enum class Role { client, server };
@@ -33,7 +38,12 @@ enum class Role { client, server };
 std::string random_bytes(size_t n);
 // A new secret: 32 random bytes as 64 hex digits.
 std::string generate_secret();
-// Empty if `secret` is usable (16..4096 bytes, no NUL, CR or LF), else what is wrong.
+// Empty if `secret` is usable, else what is wrong with it (never the secret itself): 32 to
+// 4096 bytes, no NUL, CR or LF, not one byte or a short pattern repeated, and room for at
+// least 256 random bits judged by its alphabet: a hex digit holds 4 bits, a character of
+// text made only of letters, spaces and ' - _ . , counts 2 (words, whose letters are far
+// from random), base64 and other printable ASCII 6, any other byte 8. So `openssl rand
+// -hex 32` (64 hex digits) passes, and so do 43 base64 characters or 128 of a passphrase.
 std::string secret_problem(std::string_view secret);
 // The secret in a file (one trailing newline ignored). Throws std::invalid_argument
 // naming `what` (e.g. "--job-secret-file /x") when the file is missing, unreadable,

@@ -140,23 +140,38 @@ struct TcpStore::Reply {
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   const auto deadline = Clock::now() + options_.connect_timeout;
   std::string error = "no attempt made";
+  int cut_off = 0;  // handshakes the store closed before answering
   auto backoff = milliseconds(10);
-  // The server may not be up yet (rank 0 or the launcher starts it): retry until the
-  // deadline, backing off so a crowd of ranks does not spin on the listener.
-  while ((fd_ = try_connect(options_.host, options_.port, deadline, error)) < 0) {
+  // The server may not be up yet (rank 0 or the launcher starts it), and a store flooded
+  // with strangers' connections drops pending handshakes (pending_handshakes.h): retry
+  // until the deadline, backing off so a crowd of ranks does not spin on the listener.
+  for (;;) {
+    fd_ = try_connect(options_.host, options_.port, deadline, error);
+    if (fd_ >= 0) {
+      try {
+        handshake();
+        return;
+      } catch (const StoreError& e) {
+        if (fd_ >= 0) {  // the store answered, and refused: retrying cannot help
+          close(fd_);
+          fd_ = -1;
+          throw;
+        }
+        error = e.what();  // call() closed the connection: it broke before any answer
+        ++cut_off;
+      }
+    }
     if (Clock::now() + backoff >= deadline) {
+      std::string why = cut_off == 0 ? error
+                                     : "the store closed the connection during the handshake " + std::to_string(cut_off) +
+                                           " time" + (cut_off == 1 ? "" : "s") +
+                                           " (a store drops pending handshakes beyond 256: a flood of connections "
+                                           "to its port?); last: " + error;
       throw StoreUnreachable("cannot connect to " + describe() + " within " +
-                       std::to_string(options_.connect_timeout.count()) + " ms: " + error);
+                             std::to_string(options_.connect_timeout.count()) + " ms: " + why);
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(500));
-  }
-  try {
-    handshake();
-  } catch (...) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-    throw;
   }
 }
 
@@ -167,9 +182,8 @@ void TcpStore::handshake() {
   Reply r = call(hello.frame(), options_.op_timeout, "handshake");
   Reader in(r.body);
   if (r.status == Status::wrong_job) {
-    const std::string theirs = in.str(StoreLimits::kMaxKeyBytes);
-    throw StoreError("store at " + options_.host + ":" + std::to_string(options_.port) +
-                     " belongs to job " + theirs + ", not " + options_.job_id);
+    throw StoreError("store at " + options_.host + ":" + std::to_string(options_.port) + " serves another job, not " +
+                     options_.job_id);
   }
   if (r.status == Status::bad_version) {
     throw StoreError(describe() + ": handshake refused (protocol version mismatch: client " +
@@ -185,29 +199,32 @@ void TcpStore::handshake() {
                      " to the handshake");
   }
   const std::string server_nonce = in.str(store_auth::kNonceBytes);
-  const std::string server_proof = in.str(store_auth::kProofBytes);
   if (!in.ok() || !in.done() || server_nonce.size() != store_auth::kNonceBytes) {
     throw StoreError(describe() + ": malformed challenge in the handshake");
   }
-  std::string mine;  // empty: no secret, which the store refuses (and logs)
-  if (!options_.secret.empty()) {
+  // This process proves first (store_auth.h); empty: no secret, which the store refuses (and logs).
+  Writer answer;
+  answer.str(options_.secret.empty() ? std::string()
+                                     : store_auth::proof(options_.secret, store_auth::Role::client, options_.job_id,
+                                                         client_nonce, server_nonce));
+  r = call(answer.frame(), options_.op_timeout, "handshake");
+  if (r.status == Status::ok) {
+    Reader verdict(r.body);
+    const std::string server_proof = verdict.str(store_auth::kProofBytes);
     const std::string expected = store_auth::proof(options_.secret, store_auth::Role::server, options_.job_id,
                                                    client_nonce, server_nonce);
-    if (!store_auth::proofs_equal(expected, server_proof)) {
+    if (!verdict.ok() || !verdict.done() || !store_auth::proofs_equal(expected, server_proof)) {
       throw StoreError(describe() + ": the store could not prove it knows the job secret: this process's "
                        "secret differs from the store's, or another program is listening on this port");
     }
-    mine = store_auth::proof(options_.secret, store_auth::Role::client, options_.job_id, client_nonce, server_nonce);
+    return;
   }
-  Writer answer;
-  answer.str(mine);
-  r = call(answer.frame(), options_.op_timeout, "handshake");
-  if (r.status == Status::ok) return;
   if (options_.secret.empty()) {
     throw StoreError(describe() + ": the store requires the job secret, which this process lacks (set "
                      "TANDEM_JOB_SECRET_FILE, or give tandemrun --job-secret-file; see docs/security.md)");
   }
-  throw StoreError(describe() + ": the store refused this process's proof of the job secret");
+  throw StoreError(describe() + ": the store refused this process's proof of the job secret: this process's "
+                   "secret differs from the store's");
 }
 
 TcpStore::~TcpStore() {

@@ -3,8 +3,8 @@
 //   frame   = u32 body_length (little endian) + body; body_length <= kMaxFrameBytes
 //   hello   = u32 kMagic, u32 kVersion, str job_id, str client_nonce  (first frame of a client)
 //   then, if the store has a job secret (store_auth.h):
-//     reply challenge = str server_nonce, str server_proof;  client: str client_proof
-//     reply ok, or auth_failed (and the server closes)
+//     reply challenge = str server_nonce;  client: str client_proof
+//     reply ok = str server_proof, or auth_failed (and the server closes)
 //   request = u8 Command + fields       reply = u8 Status + fields
 //   str     = u32 length + bytes        i64 = 8 bytes little endian
 //
@@ -21,7 +21,7 @@
 namespace tandem::store_wire {
 
 constexpr uint32_t kMagic = 0x54444d53;  // "TDMS"
-constexpr uint32_t kVersion = 3;  // 2: read_aged; 3: nonces and the job-secret handshake
+constexpr uint32_t kVersion = 4;  // 2: read_aged; 3: nonces and the job-secret handshake; 4: the client proves first
 
 enum class Command : uint8_t {
   set = 1,
@@ -39,10 +39,10 @@ enum class Status : uint8_t {
   ok = 0,
   timeout = 1,    // u32 n, n x str missing key
   error = 2,      // str message (request was well-formed but not applicable)
-  wrong_job = 3,  // str server job id
+  wrong_job = 3,  // no fields: a stranger is not told which job the store serves
   bad_version = 4,  // u32 server version (kept as it was in version 2, so old clients can say it)
   auth_failed = 5,  // the client's proof of the job secret was absent or wrong
-  challenge = 6,    // str server_nonce, str server_proof: prove the job secret
+  challenge = 6,    // str server_nonce: prove the job secret over it (the store's proof follows an ok)
 };
 
 class Writer {

@@ -42,6 +42,7 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxHandshakeFrameBytes = 4 + 4 + 4 + StoreLimits::kMaxKeyBytes + 4 + store_auth::kNonceBytes;
 constexpr size_t kMaxHandshakeBuffered = 4 + kMaxHandshakeFrameBytes;
 constexpr size_t kMaxReadPerRound = 4 * 1024 * 1024;  // fairness between clients
+constexpr int kMaxAcceptsPerRound = 64;
 constexpr size_t kMaxPendingOutput = 2 * StoreLimits::kMaxFrameBytes;
 constexpr uint32_t kMaxKeysPerRequest = 1 << 20;
 // A longer wait is capped here (about 35 years), so adding it to the clock cannot
@@ -128,9 +129,7 @@ int64_t StoreServer::refused_clients() const { return impl_->refused.load(); }
 Clock::time_point StoreServer::Impl::next_deadline() const {
   auto next = Clock::time_point::max();
   for (const Waiter& w : waiters) next = std::min(next, w.deadline);
-  for (const auto& [id, c] : clients) {
-    if (!c.greeted && !c.dead) next = std::min(next, c.accepted + options.handshake_timeout);
-  }
+  if (const auto handshake = pending.next_deadline()) next = std::min(next, *handshake);
   return next;
 }
 
@@ -185,13 +184,20 @@ void StoreServer::Impl::run() {
       process(id);
     }
     for (auto it = clients.begin(); it != clients.end();) {
-      it = it->second.dead ? clients.erase(it) : std::next(it);
+      if (!it->second.dead) {
+        ++it;
+        continue;
+      }
+      pending.remove(it->first);
+      it = clients.erase(it);
     }
   }
 }
 
 void StoreServer::Impl::accept_clients() {
-  for (;;) {
+  // A bounded batch per round, so a flood of connections cannot keep the thread from
+  // serving the job's clients: the rest wait in the backlog for the next round.
+  for (int accepted = 0; accepted < kMaxAcceptsPerRound; ++accepted) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
@@ -203,9 +209,12 @@ void StoreServer::Impl::accept_clients() {
     c.id = next_client;
     c.fd = fd;
     c.peer = peer_name(addr);
+    c.address = address_key(&addr);
     c.accepted = Clock::now();
-    clients.emplace(next_client++, std::move(c));
-    limit_pending_handshakes();
+    const uint64_t id = next_client++;
+    const auto victim = pending.add(id, c.address, c.accepted + options.handshake_timeout);
+    clients.emplace(id, std::move(c));
+    if (victim) evict_pending(*victim);
   }
 }
 

@@ -1,6 +1,6 @@
 // The store server's handshake (see store_server_impl.h, store_auth.h): the hello, the
 // job-secret challenge and the client's proof, and the limits on connections that have
-// not finished it (a deadline, and at most kMaxPendingHandshakes at once).
+// not finished it (a deadline, and at most kMaxPendingHandshakes at once, pending_handshakes.h).
 // Invariant: a client is `greeted` (its requests are served) only after a hello of this
 // job and protocol version and, where the store has a secret, a proof that matches this
 // connection's nonces; every other outcome closes the connection and counts as refused.
@@ -13,34 +13,36 @@ namespace tandem {
 using namespace store_wire;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// Connections still in their handshake beyond this many: the oldest is dropped, so a
-// flood of half-open connections cannot use up the process's descriptors.
-constexpr size_t kMaxPendingHandshakes = 256;
-
-}  // namespace
-
-void StoreServer::Impl::limit_pending_handshakes() {
-  size_t pending = 0;
-  Client* oldest = nullptr;
-  for (auto& [id, c] : clients) {  // ordered by id: the first pending one is the oldest
-    if (c.greeted || c.dead) continue;
-    if (!oldest) oldest = &c;
-    ++pending;
+// A stranger the store no longer keeps waiting: dropped and counted, unless it was already
+// refused and is only waiting for its refusal to be sent.
+void StoreServer::Impl::close_stranger(Client& c, const std::string& why) {
+  if (c.dead) return;
+  if (c.close_after_flush) {
+    c.dead = true;
+    close(c.fd);
+    return;
   }
-  if (pending > kMaxPendingHandshakes) {
-    drop(*oldest, "more than " + std::to_string(kMaxPendingHandshakes) +
-                        " connections are in their handshake; dropped the oldest");
-  }
+  drop(c, why);
+}
+
+void StoreServer::Impl::evict_pending(uint64_t id) {
+  Client& c = clients.at(id);
+  close_stranger(c, "more than " + std::to_string(kMaxPendingHandshakes) +
+                        " connections are in their handshake; dropped the oldest of those from the address with "
+                        "the most (" + c.address + ")");
 }
 
 void StoreServer::Impl::expire_handshakes() {
-  const auto now = Clock::now();
-  for (auto& [id, c] : clients) {
-    if (c.greeted || c.dead || c.close_after_flush || now < c.accepted + options.handshake_timeout) continue;
-    drop(c, "it did not finish the handshake within " + std::to_string(options.handshake_timeout.count()) + " ms");
+  for (const uint64_t id : pending.expired(Clock::now())) {
+    close_stranger(clients.at(id), "it did not finish the handshake within " +
+                                       std::to_string(options.handshake_timeout.count()) + " ms");
   }
+}
+
+// The handshake is over: the client is one of the job's own.
+void StoreServer::Impl::greet(Client& c) {
+  c.greeted = true;
+  pending.remove(c.id);
 }
 
 // A refusal with a reply (why not) sent before the connection closes.
@@ -68,20 +70,17 @@ bool StoreServer::Impl::hello(Client& c, Reader& r) {
   c.client_nonce = r.str(store_auth::kNonceBytes);
   if (!r.ok() || !r.done() || c.client_nonce.size() != store_auth::kNonceBytes) return false;
   if (job != options.job_id) {
-    w.u8(static_cast<uint8_t>(Status::wrong_job)).str(options.job_id);
+    w.u8(static_cast<uint8_t>(Status::wrong_job));  // not which job: for a job without a secret, its id is the barrier
     refuse_after_reply(c, "it belongs to job " + quote_untrusted(job) + ", this store serves job '" + options.job_id + "'", w);
     return true;
   }
   if (options.secret.empty()) {
-    c.greeted = true;
+    greet(c);
     w.u8(static_cast<uint8_t>(Status::ok));
   } else {
     c.server_nonce = store_auth::random_bytes(store_auth::kNonceBytes);
     c.challenged = true;
-    w.u8(static_cast<uint8_t>(Status::challenge))
-        .str(c.server_nonce)
-        .str(store_auth::proof(options.secret, store_auth::Role::server, options.job_id, c.client_nonce,
-                               c.server_nonce));
+    w.u8(static_cast<uint8_t>(Status::challenge)).str(c.server_nonce);  // nothing made from the secret yet
   }
   reply(c, w);
   return true;
@@ -102,8 +101,11 @@ bool StoreServer::Impl::check_proof(Client& c, Reader& r) {
     refuse_after_reply(c, theirs.empty() ? "it has no job secret" : "wrong proof of the job secret", w);
     return true;
   }
-  c.greeted = true;
-  w.u8(static_cast<uint8_t>(Status::ok));
+  // Only now, to a client that proved the secret, the store's own proof.
+  greet(c);
+  w.u8(static_cast<uint8_t>(Status::ok))
+      .str(store_auth::proof(options.secret, store_auth::Role::server, options.job_id, c.client_nonce,
+                             c.server_nonce));
   reply(c, w);
   return true;
 }

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/pending_handshakes.h"
 #include "collectives/refusal_log.h"
 #include "collectives/store.h"
 #include "collectives/store_protocol.h"
@@ -30,6 +31,7 @@ struct StoreServer::Impl {
     uint64_t id = 0;
     int fd = -1;
     std::string peer;
+    std::string address;           // what pending handshakes are grouped by (address_key)
     bool greeted = false;          // the handshake is over: requests follow
     bool challenged = false;       // hello answered with a challenge: the proof comes next
     Clock::time_point accepted;
@@ -49,6 +51,10 @@ struct StoreServer::Impl {
     Clock::time_point deadline;
   };
 
+  // Connections still in their handshake beyond this many: one is dropped (the oldest of
+  // the address that holds the most), so a flood cannot use up descriptors or memory.
+  static constexpr size_t kMaxPendingHandshakes = 256;
+
   StoreServerOptions options;
   int listen_fd = -1;
   int wake[2] = {-1, -1};
@@ -66,6 +72,7 @@ struct StoreServer::Impl {
   std::vector<Waiter> waiters;
   std::deque<uint64_t> runnable;
   RefusalLog refusal_log;
+  PendingHandshakes pending{kMaxPendingHandshakes};
 
   void run();
   void accept_clients();
@@ -78,7 +85,9 @@ struct StoreServer::Impl {
   bool hello(Client& c, store_wire::Reader& r);
   bool check_proof(Client& c, store_wire::Reader& r);
   void expire_handshakes();
-  void limit_pending_handshakes();
+  void evict_pending(uint64_t id);
+  void close_stranger(Client& c, const std::string& why);
+  void greet(Client& c);
   Clock::time_point next_deadline() const;
   void process(uint64_t id);
   bool handle(uint64_t id, Client& c, std::string_view body);

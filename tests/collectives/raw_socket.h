@@ -18,9 +18,16 @@
 
 namespace tandem {
 
-// A raw connection, for speaking the protocol badly on purpose.
-inline int raw_connect(int port) {
+// A raw connection, for speaking the protocol badly on purpose; from `from` (an address of
+// 127.0.0.0/8: loopback has them all) when given, so one test can be several peers.
+inline int raw_connect(int port, const char* from = nullptr) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (from) {
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    inet_pton(AF_INET, from, &local.sin_addr);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -58,12 +65,26 @@ inline bool closed_by_server(int fd) {
   }
 }
 
-// A version-3 hello; the nonce defaults to 32 fixed bytes.
+// A hello of this protocol version (or `version`); the nonce defaults to 32 fixed bytes.
 inline std::string hello_frame(const std::string& job, const std::string& nonce = std::string(32, 'n'),
                                uint32_t version = store_wire::kVersion) {
   store_wire::Writer w;
   w.u32(store_wire::kMagic).u32(version).str(job).str(nonce);
   return w.frame();
+}
+
+// A listening socket on 127.0.0.1 at a port the kernel picks, for a test's fake store.
+inline int raw_listen(int& port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  port = ntohs(addr.sin_port);
+  return fd;
 }
 
 // One whole reply frame's body (status byte first); empty if the connection ended.

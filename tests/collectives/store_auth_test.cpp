@@ -7,11 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -28,7 +30,9 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using store_wire::Status;
 
-const std::string kSecret = "0123456789abcdef-the-job-secret";
+// Fixed, so failures reproduce; shaped like `openssl rand -hex 32`'s (secret_problem passes it).
+const std::string kSecret = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+const std::string kWrongSecret = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752";
 const std::string kJob = "auth-job";
 
 TcpStoreOptions secret_client_options(int port, std::string secret) {
@@ -58,8 +62,9 @@ std::string error_of(const TcpStoreOptions& o) {
   return "(accepted)";
 }
 
-// A raw client's handshake up to the challenge: returns (server nonce, server proof).
-std::pair<std::string, std::string> challenge(int fd, const std::string& client_nonce) {
+// A raw client's handshake up to the challenge: returns the server's nonce, and checks
+// that the challenge holds nothing else (nothing made from the secret).
+std::string challenge(int fd, const std::string& client_nonce) {
   raw_send(fd, hello_frame(kJob, client_nonce));
   const std::string body = read_reply(fd);
   EXPECT_FALSE(body.empty());
@@ -67,9 +72,9 @@ std::pair<std::string, std::string> challenge(int fd, const std::string& client_
   EXPECT_EQ(static_cast<Status>(body[0]), Status::challenge);
   store_wire::Reader in(std::string_view(body).substr(1));
   std::string nonce = in.str(64);
-  std::string proof = in.str(64);
   EXPECT_TRUE(in.ok() && in.done());
-  return {nonce, proof};
+  EXPECT_EQ(nonce.size(), store_auth::kNonceBytes);
+  return nonce;
 }
 
 std::string proof_frame(const std::string& proof) {
@@ -93,38 +98,137 @@ TEST_F(AuthFixture, NoSecretIsRefusedWithAClearMessage) {
   EXPECT_EQ(store.get("still", seconds(5)), "serving");
 }
 
-TEST_F(AuthFixture, WrongSecretIsRefusedOnBothSides) {
-  // The client notices first: the store cannot prove the client's (wrong) secret.
-  const std::string e = error_of(secret_client_options(server.port(), "a-wrong-secret-of-some-length"));
-  EXPECT_NE(e.find("the store could not prove it knows the job secret"), std::string::npos) << e;
-  // A client that sends its wrong proof anyway is told auth_failed and closed.
+TEST_F(AuthFixture, WrongSecretIsRefusedWithAClearMessage) {
+  const std::string e = error_of(secret_client_options(server.port(), kWrongSecret));
+  EXPECT_NE(e.find("the store refused this process's proof of the job secret: this process's secret differs from "
+                   "the store's"),
+            std::string::npos)
+      << e;
+  // A raw client with the wrong proof is told auth_failed, and nothing else, and closed.
   const int fd = raw_connect(server.port());
   const std::string nonce(32, 'c');
-  const auto [server_nonce, server_proof] = challenge(fd, nonce);
-  raw_send(fd, proof_frame(store_auth::proof("a-wrong-secret-of-some-length", store_auth::Role::client, kJob, nonce,
-                                             server_nonce)));
+  const std::string server_nonce = challenge(fd, nonce);
+  raw_send(fd, proof_frame(store_auth::proof(kWrongSecret, store_auth::Role::client, kJob, nonce, server_nonce)));
   const std::string reply = read_reply(fd);
   ASSERT_EQ(reply.size(), 1u);
   EXPECT_EQ(static_cast<Status>(reply[0]), Status::auth_failed);
   EXPECT_TRUE(closed_by_server(fd));
   close(fd);
-  EXPECT_EQ(server.refused_clients(), 2);  // the first client closed before proving
+  EXPECT_EQ(server.refused_clients(), 2);
   store.set("still", "serving");
   EXPECT_EQ(store.get("still", seconds(5)), "serving");
 }
 
-TEST_F(AuthFixture, TheServersProofIsRightAndFreshPerConnection) {
+TEST_F(AuthFixture, TheStoreProvesItselfOnlyAfterTheClientAndFreshPerConnection) {
+  // Two connections with the same client nonce: fresh server nonces, and the store's proof
+  // only in the ok that answers a right proof.
   const std::string nonce(32, 'c');
   const int a = raw_connect(server.port());
   const int b = raw_connect(server.port());
-  const auto [nonce_a, proof_a] = challenge(a, nonce);
-  const auto [nonce_b, proof_b] = challenge(b, nonce);
-  EXPECT_EQ(nonce_a.size(), store_auth::kNonceBytes);
+  const std::string nonce_a = challenge(a, nonce);
+  const std::string nonce_b = challenge(b, nonce);
   EXPECT_NE(nonce_a, nonce_b);
-  EXPECT_EQ(proof_a, store_auth::proof(kSecret, store_auth::Role::server, kJob, nonce, nonce_a));
-  EXPECT_EQ(proof_b, store_auth::proof(kSecret, store_auth::Role::server, kJob, nonce, nonce_b));
-  close(a);
-  close(b);
+  for (const auto& [fd, server_nonce] : {std::pair{a, nonce_a}, std::pair{b, nonce_b}}) {
+    raw_send(fd, proof_frame(store_auth::proof(kSecret, store_auth::Role::client, kJob, nonce, server_nonce)));
+    const std::string ok = read_reply(fd);
+    ASSERT_FALSE(ok.empty());
+    EXPECT_EQ(static_cast<Status>(ok[0]), Status::ok);
+    store_wire::Reader in(std::string_view(ok).substr(1));
+    EXPECT_EQ(in.str(64), store_auth::proof(kSecret, store_auth::Role::server, kJob, nonce, server_nonce));
+    EXPECT_TRUE(in.ok() && in.done());
+    close(fd);
+  }
+  EXPECT_EQ(server.refused_clients(), 0);
+}
+
+// A program on the store's port that does not know the secret: it answers the hello with a
+// challenge and the client's proof with an ok whose proof is not the store's.
+TEST(StoreAuth, AClientRefusesAStoreThatCannotProveTheSecret) {
+  int port = 0;
+  const int listener = raw_listen(port);
+  std::thread squatter([listener] {
+    const int fd = accept(listener, nullptr, nullptr);
+    read_reply(fd);  // the hello
+    raw_send(fd, store_wire::Writer().u8(static_cast<uint8_t>(Status::challenge)).str(std::string(32, 's')).frame());
+    read_reply(fd);  // the client's proof
+    raw_send(fd, store_wire::Writer().u8(static_cast<uint8_t>(Status::ok)).str(std::string(32, 'p')).frame());
+    closed_by_server(fd);  // until the client closes
+    close(fd);
+  });
+  const std::string e = error_of(secret_client_options(port, kSecret));
+  squatter.join();
+  close(listener);
+  EXPECT_NE(e.find("the store could not prove it knows the job secret"), std::string::npos) << e;
+}
+
+// A store that closes a handshake without answering (as one under a flood drops pending
+// handshakes): the client connects again, backing off, until its deadline.
+TEST(StoreAuth, AClientWhoseHandshakeIsCutOffRetries) {
+  int port = 0;
+  const int listener = raw_listen(port);
+  std::thread store([listener] {
+    const int first = accept(listener, nullptr, nullptr);
+    read_reply(first);
+    close(first);  // cut off after the hello
+    const int second = accept(listener, nullptr, nullptr);
+    read_reply(second);
+    raw_send(second, store_wire::Writer().u8(static_cast<uint8_t>(Status::ok)).frame());  // no secret: let in
+    closed_by_server(second);
+    close(second);
+  });
+  { TcpStore in(secret_client_options(port, "")); }
+  store.join();
+  close(listener);
+}
+
+TEST(StoreAuth, AClientCutOffUntilItsDeadlineSaysWhy) {
+  int port = 0;
+  const int listener = raw_listen(port);
+  std::atomic<bool> done{false};
+  std::thread store([&] {
+    for (;;) {
+      const int fd = accept(listener, nullptr, nullptr);
+      if (done) return close(fd), void();
+      read_reply(fd);
+      close(fd);
+    }
+  });
+  TcpStoreOptions o = secret_client_options(port, "");
+  o.connect_timeout = milliseconds(500);
+  try {
+    TcpStore s(o);
+    ADD_FAILURE() << "accepted";
+  } catch (const StoreUnreachable& e) {
+    EXPECT_NE(std::string(e.what()).find("within 500 ms: the store closed the connection during the handshake"),
+              std::string::npos)
+        << e.what();
+  }
+  done = true;
+  close(raw_connect(port));  // wakes the fake store's accept
+  store.join();
+  close(listener);
+}
+
+// Strangers from one address (127.0.0.2) fill every pending slot and more; a handshake
+// from another address (127.0.0.1) under way all along is never the one dropped.
+TEST(StoreAuth, AFloodFromOneAddressCannotEvictAnothersHandshake) {
+  StoreServerOptions so = server_options(kSecret);
+  so.handshake_timeout = std::chrono::minutes(10);  // only the cap acts here
+  StoreServer server(so);
+  const int rank = raw_connect(server.port(), "127.0.0.1");
+  const std::string nonce(32, 'r');
+  const std::string server_nonce = challenge(rank, nonce);
+  std::vector<int> flood;
+  for (int i = 0; i < 300; ++i) flood.push_back(raw_connect(server.port(), "127.0.0.2"));
+  // 301 pending: the 45 oldest of 127.0.0.2's are dropped, in order.
+  for (int i = 0; i < 45; ++i) EXPECT_TRUE(closed_by_server(flood[i])) << "connection " << i;
+  raw_send(rank, proof_frame(store_auth::proof(kSecret, store_auth::Role::client, kJob, nonce, server_nonce)));
+  const std::string ok = read_reply(rank);
+  ASSERT_FALSE(ok.empty());
+  EXPECT_EQ(static_cast<Status>(ok[0]), Status::ok);
+  EXPECT_EQ(server.refused_clients(), 45);
+  close(rank);
+  for (int fd : flood) close(fd);
 }
 
 TEST_F(AuthFixture, AReplayedHandshakeIsRefused) {
@@ -132,12 +236,12 @@ TEST_F(AuthFixture, AReplayedHandshakeIsRefused) {
   const std::string nonce = store_auth::random_bytes(32);
   std::string recorded = hello_frame(kJob, nonce);
   const int first = raw_connect(server.port());
-  const auto [server_nonce, server_proof] = challenge(first, nonce);
+  const std::string server_nonce = challenge(first, nonce);
   const std::string proof = proof_frame(store_auth::proof(kSecret, store_auth::Role::client, kJob, nonce, server_nonce));
   recorded += proof;
   raw_send(first, proof);
   const std::string ok = read_reply(first);
-  ASSERT_EQ(ok.size(), 1u);
+  ASSERT_EQ(ok.size(), 1 + 4 + store_auth::kProofBytes);
   EXPECT_EQ(static_cast<Status>(ok[0]), Status::ok);
   close(first);
   // The same bytes on a new connection: the server's nonce differs, so does the proof.
@@ -230,10 +334,19 @@ TEST_F(AuthFixture, AnOldClientIsToldTheVersion) {
   const std::string reply = read_reply(fd);
   ASSERT_EQ(reply.size(), 5u);
   EXPECT_EQ(static_cast<Status>(reply[0]), Status::bad_version);
-  EXPECT_EQ(store_wire::read_frame_length(reply.data() + 1), 3u);
+  EXPECT_EQ(store_wire::read_frame_length(reply.data() + 1), store_wire::kVersion);
   EXPECT_TRUE(closed_by_server(fd));
   close(fd);
-  EXPECT_EQ(server.refused_clients(), 1);
+  // A version-3 hello (the store proved itself first then): the same.
+  const int v3 = raw_connect(server.port());
+  raw_send(v3, hello_frame(kJob, std::string(32, 'n'), 3));
+  const std::string reply3 = read_reply(v3);
+  ASSERT_EQ(reply3.size(), 5u);
+  EXPECT_EQ(static_cast<Status>(reply3[0]), Status::bad_version);
+  EXPECT_EQ(store_wire::read_frame_length(reply3.data() + 1), store_wire::kVersion);
+  EXPECT_TRUE(closed_by_server(v3));
+  close(v3);
+  EXPECT_EQ(server.refused_clients(), 2);
 }
 
 TEST(StoreAuth, AClientWithASecretRefusesAStoreWithout) {
@@ -273,7 +386,7 @@ TEST(StoreAuth, AFloodOfFailedHandshakesIsCountedAndTheServerServesOn) {
   for (int i = 0; i < kFlood; ++i) {
     const int fd = raw_connect(server.port());
     const std::string nonce(32, static_cast<char>(i));
-    const auto [server_nonce, server_proof] = challenge(fd, nonce);
+    challenge(fd, nonce);
     raw_send(fd, proof_frame(std::string(32, 'w')));
     EXPECT_TRUE(closed_by_server(fd));
     close(fd);
@@ -288,9 +401,36 @@ TEST(StoreAuth, SecretsAreCheckedWhereTheyAreRead) {
   EXPECT_NE(store_auth::generate_secret(), store_auth::generate_secret());
   EXPECT_EQ(store_auth::secret_problem(kSecret), "");
   EXPECT_EQ(store_auth::secret_problem(""), "it is empty");
-  EXPECT_EQ(store_auth::secret_problem("short"), "it is 5 bytes long, shorter than the 16 bytes a secret needs");
-  EXPECT_EQ(store_auth::secret_problem("0123456789abcdef\nsecond line"),
+  EXPECT_EQ(store_auth::secret_problem("short"),
+            "it is 5 bytes long, shorter than the 32 bytes a secret needs (make one with `openssl rand -hex 32`)");
+  EXPECT_EQ(store_auth::secret_problem(kSecret.substr(0, 32) + "\nsecond line"),
             "it contains a NUL, CR or LF byte (one secret on one line)");
+  // Visibly not random: one byte, a short pattern, too few hex digits, a short passphrase.
+  EXPECT_EQ(store_auth::secret_problem(std::string(64, 'a')), "it is one byte repeated 64 times");
+  std::string pattern;
+  for (int i = 0; i < 16; ++i) pattern += "k3y!";
+  EXPECT_EQ(store_auth::secret_problem(pattern), "it repeats a pattern of 4 bytes (make one with `openssl rand -hex 32`)");
+  const std::string too_few_bits_tail =
+      " a secret needs (hex digits count 4 bits each, words 2, base64 and other printable text 6, other bytes 8; make "
+      "one with `openssl rand -hex 32`)";
+  EXPECT_EQ(store_auth::secret_problem(kSecret.substr(0, 48)),
+            "it can hold at most 192 bits of randomness judged by its characters, fewer than the 256" +
+                too_few_bits_tail);
+  const std::string words = "correct horse battery staple, the job's own secret";
+  EXPECT_EQ(store_auth::secret_problem(words),
+            "it can hold at most " + std::to_string(2 * words.size()) +
+                " bits of randomness judged by its characters, fewer than the 256" + too_few_bits_tail);
+  // Enough: 43 base64 characters and a '=' (32 random bytes), a passphrase of 128
+  // characters, 32 bytes of text with bytes past ASCII.
+  EXPECT_EQ(store_auth::secret_problem("n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg="), "");
+  EXPECT_EQ(store_auth::secret_problem(std::string("correct horse battery staple, ") + "wobbly lantern quietly orbits "
+                                       "a purple kettle near seven foggy harbours, while eleven brisk otters "
+                                       "debate umbrellas"),
+            "");
+  EXPECT_EQ(store_auth::secret_problem("\xd7\xa1\xd7\x95\xd7\x93 \xe7\xa7\x98\xe5\xaf\x86 \xc3\xa9t\xc3\xa9 r\xc3\xb8"
+                                       "d gr\xc3\xb8"
+                                       "d \xd1\x82\xd0\xb0\xd0\xb9"),
+            "");
   const auto dir = std::filesystem::temp_directory_path() / ("tandem-secret-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto write = [&](const std::string& name, const std::string& text) {

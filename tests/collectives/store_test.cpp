@@ -199,10 +199,17 @@ TEST_F(Fixture, WrongJobIsRefusedWithAClearMessage) {
     TcpStore other(client_options(server.port(), "other-job"));
     FAIL() << "a client of another job was accepted";
   } catch (const StoreError& e) {
-    const std::string want = "store at 127.0.0.1:" + std::to_string(server.port()) +
-                             " belongs to job test-job, not other-job";
+    const std::string want = "store at 127.0.0.1:" + std::to_string(server.port()) + " serves another job, not other-job";
     EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
   }
+  // The refusal does not say which job the store serves: for a job without a secret, its id
+  // is what keeps strangers out.
+  const int fd = raw_connect(server.port());
+  raw_send(fd, hello_frame("other-job"));
+  const std::string reply = read_reply(fd);
+  ASSERT_EQ(reply.size(), 1u);
+  EXPECT_EQ(static_cast<store_wire::Status>(reply[0]), store_wire::Status::wrong_job);
+  close(fd);
   store.set("still", "serving");
   EXPECT_EQ(store.get("still", seconds(5)), "serving");
 }

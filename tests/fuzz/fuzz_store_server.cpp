@@ -5,7 +5,10 @@
 // picks the server with the secret, where the stream is the hello, the proof and the rest
 // (so the fuzzer exercises the challenge and the proof's parsing); bit 6 (with bit 7) has
 // this harness pass the handshake first, with the right proof, so the stream is requests
-// to an authenticated store. Then (once the server has handled those bytes, see Barrier) the client
+// to an authenticated store. So every state of the handshake (no hello yet, challenged,
+// greeted) gets every kind of frame; the seeds (make_seeds.py) start it with each message
+// in each state and with lengths at and one past each limit (the longest hello, the
+// pre-handshake frame cap, the general frame limit). Then (once the server has handled those bytes, see Barrier) the client
 // half-closes and reads until the server closes. Contract checked:
 // the server neither crashes (ASan, UBSan and aborts surface here: it runs in this process)
 // nor keeps a connection whose client has finished; a malformed client is dropped, and a
@@ -54,7 +57,7 @@ void read_exactly(int fd, char* out, size_t n) {
   }
 }
 
-constexpr char kSecret[] = "fuzz-secret-0123456789";
+constexpr char kSecret[] = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
 constexpr uint8_t kAuthenticated = 0x80;
 constexpr uint8_t kHandshakeFirst = 0x40;
 
@@ -98,14 +101,18 @@ void handshake(int fd, bool with_secret) {
     FUZZ_CHECK(reply == std::string(1, '\0'));  // Status::ok
     return;
   }
+  // Protocol 4: the challenge is a nonce alone; the store's proof comes with the ok.
   FUZZ_CHECK(static_cast<Status>(reply[0]) == Status::challenge);
   Reader in(std::string_view(reply).substr(1));
   const std::string server_nonce = in.str(auth::kNonceBytes);
-  const std::string server_proof = in.str(auth::kProofBytes);
   FUZZ_CHECK(in.ok() && in.done());
-  FUZZ_CHECK(auth::proofs_equal(server_proof, auth::proof(kSecret, auth::Role::server, "fuzz", nonce, server_nonce)));
   send_all(fd, Writer().str(auth::proof(kSecret, auth::Role::client, "fuzz", nonce, server_nonce)).frame());
-  FUZZ_CHECK(read_frame(fd) == std::string(1, '\0'));
+  reply = read_frame(fd);
+  FUZZ_CHECK(static_cast<Status>(reply[0]) == Status::ok);
+  Reader ok(std::string_view(reply).substr(1));
+  const std::string server_proof = ok.str(auth::kProofBytes);
+  FUZZ_CHECK(ok.ok() && ok.done());
+  FUZZ_CHECK(auth::proofs_equal(server_proof, auth::proof(kSecret, auth::Role::server, "fuzz", nonce, server_nonce)));
 }
 
 int connect_client(int port) {

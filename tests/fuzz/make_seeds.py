@@ -102,6 +102,21 @@ def store_seeds():
         "hello_v2": frame(u32(MAGIC) + u32(2) + s("fuzz")),
         "hello_short_nonce": hello(nonce=b"short"),
     }
+    # The handshake's limits (store_server.cpp): a job id of at most 4096 bytes, so a hello
+    # of at most 4144; before the handshake is over one such frame at a time.
+    longest_job = "j" * 4096
+    seeds.update({
+        "hello_longest_job": hello(longest_job),
+        "hello_job_one_past": hello(longest_job + "j"),
+        "declared_at_handshake_cap": u32(4144) + b"x" * 64,
+        "declared_past_handshake_cap": u32(4145) + b"x" * 64,
+        "hello_then_flood": h + b"x" * 5000,
+        "proof_before_hello": frame(s(b"w" * 32)),
+        "num_keys_before_hello": frame(bytes([NUM_KEYS])),
+        "hello_twice": h + h,
+        "declared_at_frame_limit": h + u32(64 << 20) + bytes([SET]),
+        "declared_past_frame_limit": h + u32((64 << 20) + 1) + bytes([SET]),
+    })
     for name, data in seeds.items():
         put("store_server", name, b"\x00" + data)
     # The same streams cut into small pieces: frames split across reads.
@@ -113,6 +128,19 @@ def store_seeds():
     put("store_server", "auth_no_proof", bytes([AUTHENTICATED]) + hello() + frame(s(b"")))
     put("store_server", "auth_long_proof", bytes([AUTHENTICATED]) + hello() + frame(s(b"w" * 33)))
     put("store_server", "auth_requests_before_proof", bytes([AUTHENTICATED]) + hello() + frame(bytes([NUM_KEYS])))
+    # Every message in the challenged state, and past its limits.
+    put("store_server", "auth_hello_again", bytes([AUTHENTICATED]) + hello() + hello())
+    put("store_server", "auth_set_before_proof", bytes([AUTHENTICATED]) + hello() + frame(bytes([SET]) + s("k") + s("v")))
+    put("store_server", "auth_proof_past_cap", bytes([AUTHENTICATED]) + hello() + u32(4145) + s(b"w" * 32))
+    put("store_server", "auth_proof_then_requests", bytes([AUTHENTICATED]) + hello() + frame(s(b"w" * 32))
+        + frame(bytes([NUM_KEYS])))
+    put("store_server", "auth_longest_hello", bytes([AUTHENTICATED]) + hello(longest_job))
+    put("store_server", "auth_wrong_job", bytes([AUTHENTICATED]) + hello("other-job"))
+    # And in the greeted state: a hello or a proof again, the general limit.
+    put("store_server", "auth_then_hello", bytes([AUTHENTICATED | HANDSHAKE_FIRST]) + hello())
+    put("store_server", "auth_then_proof", bytes([AUTHENTICATED | HANDSHAKE_FIRST]) + frame(s(b"w" * 32)))
+    put("store_server", "auth_then_past_frame_limit",
+        bytes([AUTHENTICATED | HANDSHAKE_FIRST]) + u32((64 << 20) + 1) + bytes([SET]))
     put("store_server", "auth_then_every_command", bytes([AUTHENTICATED | HANDSHAKE_FIRST]) + seeds["every_command"][len(h):])
     put("store_server", "auth_then_every_command_chunk1",
         bytes([AUTHENTICATED | HANDSHAKE_FIRST | 1]) + seeds["every_command"][len(h):])

@@ -114,8 +114,8 @@ grep -qE '^\[0:0\] master port [0-9]+ served ranks 1,2,3$' "$NETNS_TMP/master.0"
 
 # 5. the same secret file on both nodes: authenticated, and no warning
 umask 077
-printf 'a-secret-both-nodes-share-0123456789\n' >"$NETNS_TMP/secret.a"
-printf 'another-secret-node-1-was-given-9876\n' >"$NETNS_TMP/secret.b"
+printf '9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n' >"$NETNS_TMP/secret.a"
+printf '60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752\n' >"$NETNS_TMP/secret.b"
 FLAGS0=(--job-secret-file "$NETNS_TMP/secret.a")
 FLAGS1=(--job-secret-file "$NETNS_TMP/secret.a")
 two_tandemruns secret "$WORKER" --mode allreduce
@@ -131,7 +131,7 @@ FLAGS0=(--job-secret-file "$NETNS_TMP/secret.a")
 FLAGS1=(--job-secret-file "$NETNS_TMP/secret.b")
 two_tandemruns mismatch "$WORKER" --mode allreduce
 expect_exits mismatch 1 mismatch
-grep -q "the store could not prove it knows the job secret" "$NETNS_TMP/mismatch.1" ||
+grep -q "the store refused this process's proof of the job secret" "$NETNS_TMP/mismatch.1" ||
   { fail "mismatch: node 1 did not say the secrets differ"; cat "$NETNS_TMP/mismatch.1"; }
 grep -qF "refused connection from $ADDR1:" "$NETNS_TMP/mismatch.0" ||
   { fail "mismatch: node 0 did not log the refusal with node 1's address"; cat "$NETNS_TMP/mismatch.0"; }

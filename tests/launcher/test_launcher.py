@@ -176,8 +176,9 @@ def test_usage():
     with tempfile.TemporaryDirectory() as d:
         cases = [("absent", None, "cannot open the job secret file: No such file or directory"),
                  ("empty", "", "not a usable job secret: it is empty"),
-                 ("short", "abc\n", "shorter than the 16 bytes a secret needs"),
-                 ("two", "0123456789abcdef\nmore\n", "contains a NUL, CR or LF byte")]
+                 ("short", "abc\n", "shorter than the 32 bytes a secret needs"),
+                 ("weak", "x" * 40 + "\n", "it is one byte repeated 40 times"),
+                 ("two", "0123456789abcdef0123456789abcdef\nmore\n", "contains a NUL, CR or LF byte")]
         for name, text, needle in cases:
             path = os.path.join(d, name)
             if text is not None:
@@ -569,7 +570,7 @@ def test_two_nodes_allreduce():
     rc, intruder = run(["--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", str(port),
                         "--job-id", "jobB", "--rdzv-timeout-s", "30"], ["--mode", "ok"])
     _, err = intruder.text()
-    check(rc == 1 and "belongs to job jobA, not jobB" in err, f"intruder: exit {rc}", intruder)
+    check(rc == 1 and "serves another job, not jobB" in err, f"intruder: exit {rc}", intruder)
     check(not intruder.out, "the refused job started workers", intruder)
     node1 = Run(["--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", str(port),
                  "--job-id", "jobA", "--rdzv-timeout-s", "60"], ["--mode", "allreduce"])

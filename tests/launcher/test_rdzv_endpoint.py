@@ -82,13 +82,13 @@ def test_store_usage():
 
 def test_endpoint_allreduce():
     with tempfile.TemporaryDirectory() as d:
-        secret = secret_file(d, "the-job-secret-of-the-endpoint-test")
+        secret = secret_file(d, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
         store, port = start_store("jobR", ["--job-secret-file", secret])
         endpoint = f"127.0.0.1:{port}"
         # Refused clearly: another job id, a wrong secret. Neither starts a worker.
-        for job, sec, expect in (("jobX", secret, "belongs to job jobR, not jobX"),
-                                 ("jobR", secret_file(d, "not-the-secret-of-this-job"),
-                                  "could not prove it knows the job secret")):
+        for job, sec, expect in (("jobX", secret, "serves another job, not jobX"),
+                                 ("jobR", secret_file(d, "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"),
+                                  "the store refused this process's proof of the job secret")):
             rc, r = tl.run(["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint, "--job-id", job,
                             "--job-secret-file", sec, "--rdzv-timeout-s", "30"], ["--mode", "ok"])
             err = r.text()[1]

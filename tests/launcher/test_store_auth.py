@@ -117,7 +117,7 @@ def test_auth_replay():
     with tempfile.TemporaryDirectory() as keys:
         secret = os.path.join(keys, "secret")
         fd = os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600)
-        os.write(fd, b"a-job-secret-the-test-and-the-intruder-share\n")
+        os.write(fd, b"fd61a03af4f77d870fc21e05e7e80678095c92d808cfb3b5c279ee04c74aca13\n")
         os.close(fd)
         out = attacked_job(simple_attack("replay", "wrong proof of the job secret", ["--secret-file", secret]),
                            flags=["--job-secret-file", secret])[1]
