@@ -12,15 +12,33 @@
 //   half-open      hello, the challenge read, then nothing; waits (bounded) for the store
 //                  to close the connection at its handshake deadline
 //   flood:N        N connections with a wrong proof, one after another
+//   frames:N:B     N connections that each declare a B-byte frame before any handshake and
+//                  send as much of it as the store takes (B - 1 bytes at most), then one
+//                  connection whose wrong-job hello is answered: the store has read every
+//                  earlier byte by then (it reads every readable connection each round).
+//                  Prints "frames: N sent, D closed by the store" and "HOLDING", keeps the
+//                  connections until its standard input ends, and exits 0.
+//   frames:N:B:closed  the same, but first waits (bounded) for the store to close each one:
+//                  for a frame longer than the store lets a stranger send, D is N
+//   storm          connections as fast as it can, each sending a hello of the job and
+//                  leaving its handshake pending (at most 512 open; the oldest closed),
+//                  until its standard input ends or 120 s pass; prints "STORMING" after
+//                  the first and "storm: N connections" at the end, exits 0
 // Exit 0 when every attempt was refused as expected, 1 otherwise, 2 on bad usage.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <vector>
 
 #include "collectives/store.h"
 #include "collectives/store_auth.h"
@@ -176,6 +194,100 @@ bool no_secret(const Args& a) {
   }
 }
 
+// True once standard input has ended (the test closed its end), without blocking.
+bool input_ended() {
+  pollfd p{0, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  char buf[64];
+  return read(0, buf, sizeof(buf)) <= 0;
+}
+
+void wait_for_input_end() {
+  char buf[64];
+  while (read(0, buf, sizeof(buf)) > 0) {
+  }
+}
+
+// True when the store has closed `fd` (EOF or a reset), without blocking.
+bool closed_now(int fd) {
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+bool frames(const Args& a, int n, uint32_t declared, bool wait_closed) {
+  std::vector<int> fds;
+  const std::string body(std::min<uint32_t>(declared - 1, 1u << 20), 'x');
+  for (int i = 0; i < n; ++i) {
+    const int fd = connect_store(a.port);
+    fds.push_back(fd);
+    std::string header(4, '\0');
+    for (int k = 0; k < 4; ++k) header[k] = static_cast<char>((declared >> (8 * k)) & 0xff);
+    if (send(fd, header.data(), 4, MSG_NOSIGNAL) != 4) continue;
+    // The body in 1 MiB pieces, without blocking: what the store does not take stays unsent.
+    for (uint32_t sent = 0; sent + 1 < declared;) {
+      const size_t want = std::min<size_t>(body.size(), declared - 1 - sent);
+      const ssize_t k = send(fd, body.data(), want, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k <= 0) break;
+      sent += static_cast<uint32_t>(k);
+    }
+  }
+  // A round trip on one more connection: the store has handled every byte sent before it.
+  const int sync = connect_store(a.port);
+  store_wire::Writer w;
+  w.u32(store_wire::kMagic).u32(store_wire::kVersion).str(a.job + "-not").str(std::string(store_auth::kNonceBytes, 's'));
+  send_bytes(sync, w.frame());
+  const bool answered = !read_reply(sync).empty();
+  close(sync);
+  int closed = 0;
+  for (int fd : fds) {
+    if (!wait_closed) {
+      closed += closed_now(fd);
+      continue;
+    }
+    char byte;
+    const ssize_t k = recv(fd, &byte, 1, 0);  // SO_RCVTIMEO bounds it (connect_store)
+    closed += k == 0 || (k < 0 && errno == ECONNRESET);
+  }
+  std::printf("frames: %d sent, %d closed by the store\nHOLDING\n", n, closed);
+  std::fflush(stdout);
+  wait_for_input_end();
+  for (int fd : fds) close(fd);
+  return answered;
+}
+
+bool storm(const Args& a) {
+  std::deque<int> open;
+  long made = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const std::string hello_bytes = hello(a, std::string(store_auth::kNonceBytes, 'f'));
+  for (long tries = 1; std::chrono::steady_clock::now() < until && !(tries % 64 == 0 && input_ended()); ++tries) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(a.port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0) break;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {  // a full backlog: go on
+      close(fd);
+      continue;
+    }
+    send(fd, hello_bytes.data(), hello_bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (made++ == 0) {
+      std::printf("STORMING\n");
+      std::fflush(stdout);
+    }
+    open.push_back(fd);
+    if (open.size() > 512) {
+      close(open.front());
+      open.pop_front();
+    }
+  }
+  for (int fd : open) close(fd);
+  std::printf("storm: %ld connections\n", made);
+  return made > 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,6 +319,18 @@ int main(int argc, char** argv) {
       for (int i = 0; i < n; ++i) refused += wrong_secret(a);
       std::printf("flood: %d of %d refused\n", refused, n);
       ok = n > 0 && refused == n;
+    } else if (a.mode.rfind("frames:", 0) == 0) {
+      int n = 0;
+      unsigned long declared = 0;
+      char tail[16] = "";
+      const int got = std::sscanf(a.mode.c_str(), "frames:%d:%lu:%15s", &n, &declared, tail);
+      if (got < 2 || n <= 0 || declared < 2 || declared > 0xffffffffUL || (got == 3 && std::strcmp(tail, "closed"))) {
+        std::fprintf(stderr, "store-intruder: frames:N:BYTES[:closed] needs N > 0 and 2 <= BYTES < 2^32\n");
+        return 2;
+      }
+      ok = frames(a, n, static_cast<uint32_t>(declared), got == 3);
+    } else if (a.mode == "storm") {
+      ok = storm(a);
     } else {
       std::fprintf(stderr, "store-intruder: unknown mode '%s'\n", a.mode.c_str());
       return 2;

@@ -14,6 +14,7 @@ happens while the job's store is up and its ranks are running.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ TRAIN_ARGS = ["--mode", "ddp", "--model", "mlp", "--data", "synthetic", "--synth
               "--threads", "1", "--no-progress"]
 # Each rank blocks on gate.in.<LOCAL_RANK> before training and gate.out.<LOCAL_RANK>
 # after, until the test opens that FIFO for writing and closes it (cat sees EOF).
+SECRET = "fd61a03af4f77d870fc21e05e7e80678095c92d808cfb3b5c279ee04c74aca13"  # as `openssl rand -hex 32` makes
 GATED = ('cat "$GATES/in.$LOCAL_RANK" >/dev/null; "$0" "$@"; rc=$?; '
          'cat "$GATES/out.$LOCAL_RANK" >/dev/null; exit $rc')
 
@@ -117,7 +119,7 @@ def test_auth_replay():
     with tempfile.TemporaryDirectory() as keys:
         secret = os.path.join(keys, "secret")
         fd = os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600)
-        os.write(fd, b"fd61a03af4f77d870fc21e05e7e80678095c92d808cfb3b5c279ee04c74aca13\n")
+        os.write(fd, SECRET.encode() + b"\n")
         os.close(fd)
         out = attacked_job(simple_attack("replay", "wrong proof of the job secret", ["--secret-file", secret]),
                            flags=["--job-secret-file", secret])[1]
@@ -157,6 +159,74 @@ def test_auth_flood():
     tl.check(len(logged) + summarised == n,
              f"{len(logged)} refusals logged one by one + {summarised} summarised != {n}")
     tl.check(len(logged) < n, f"all {n} refusals logged one by one: the log is not rate-limited")
+
+
+STORE = os.path.join(tl.BIN, "tandem-store")
+RSS_BOUND_KIB = 16 * 1024  # what a stranger may add to the store's peak RSS: far below one frame
+
+
+def memory_kib(pid):
+    """(VmRSS, VmHWM) of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(l.split(":", 1) for l in f if ":" in l)
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def test_auth_memory():
+    # Strangers' unfinished frames against tandem-store: 32 that each declare 32 MiB (before
+    # the pre-handshake cap, +540 MiB of peak RSS), then 256 of the longest a stranger may
+    # send (4,144 bytes), held. Neither raises the store's peak RSS past RSS_BOUND_KIB.
+    with tempfile.TemporaryDirectory() as keys:
+        secret = os.path.join(keys, "secret")
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(SECRET + "\n")
+        store = tl.Run([], [], argv=[STORE, "--port", "0", "--job-id", JOB, "--job-secret-file", secret])
+        line = store.wait_for(r"serving the store of job .* on .*:\d+ ", stream="err")[0]
+        port = int(re.search(r":(\d+) \(", line).group(1))
+        _, peak_before = memory_kib(store.proc.pid)
+        for mode, want in ((f"frames:32:{32 << 20}:closed", "frames: 32 sent, 32 closed by the store"),
+                           ("frames:256:4144", "frames: 256 sent")):
+            p = subprocess.Popen([INTRUDER, "--port", str(port), "--job-id", JOB, "--mode", mode],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            lines = [p.stdout.readline().strip(), p.stdout.readline().strip()]
+            rss, peak = memory_kib(store.proc.pid)
+            p.stdin.close()
+            rc = p.wait(timeout=tl.HANG_GUARD_S)
+            tl.check(rc == 0 and lines[0].startswith(want) and lines[1] == "HOLDING", f"{mode}: exit {rc}: {lines}",
+                     store)
+            print(f"{mode}: store VmRSS {rss} KiB, VmHWM {peak} KiB (before the attacks {peak_before} KiB)")
+            tl.check(peak - peak_before <= RSS_BOUND_KIB,
+                     f"{mode}: the store's peak RSS grew by {peak - peak_before} KiB, more than {RSS_BOUND_KIB}", store)
+        store.proc.send_signal(signal.SIGTERM)
+        tl.check(store.finish() == 0, "tandem-store did not stop cleanly", store)
+
+
+def test_auth_storm():
+    # Two local flooders open connections as fast as they can, each leaving a handshake
+    # pending, while the ranks rendezvous (tandem-train starts after the gate opens), send
+    # heartbeats (--hang-timeout-s watches them) and train: the job ends as without them.
+    storms = []
+
+    def attack(port, r, gates):
+        for _ in range(2):
+            p = subprocess.Popen([INTRUDER, "--port", str(port), "--job-id", JOB, "--mode", "storm"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            tl.check(p.stdout.readline().strip() == "STORMING", "storm: no first connection", r)
+            storms.append(p)
+        open_gate(gates, "in")
+        return storms
+
+    try:
+        err, _ = attacked_job(attack, flags=["--hang-timeout-s", "30"])
+    finally:
+        made = []
+        for p in storms:
+            p.stdin.close()
+            out = p.stdout.read().split()
+            tl.check(p.wait(timeout=tl.HANG_GUARD_S) == 0, "storm: bad exit")
+            made.append(int(out[-2]))
+    print(f"storm: {made} connections while the job ran")
+    tl.check(all(n > 0 for n in made), f"storm: connections made {made}")
 
 
 TESTS = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
