@@ -28,9 +28,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-// How much of an error the store sent back goes into this process's error message.
-constexpr size_t kStoreErrorLogBytes = 512;
-
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string s;
   const size_t shown = std::min<size_t>(keys.size(), 16);
@@ -283,7 +280,7 @@ TcpStore::Reply TcpStore::call(const std::string& request, milliseconds deadline
   if (r.status == Status::error) {
     Reader in(r.body);
     // The store's words, escaped: without a job secret any program on that port may have answered.
-    throw StoreError(describe() + ": " + escape_untrusted(in.str(StoreLimits::kMaxValueBytes), kStoreErrorLogBytes));
+    throw StoreError(describe() + ": " + escape_untrusted(in.str(StoreLimits::kMaxValueBytes), kUntrustedMessageBytes));
   }
   return r;
 }

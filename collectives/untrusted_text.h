@@ -19,7 +19,8 @@
 
 namespace tandem {
 
-constexpr size_t kUntrustedLogBytes = 96;
+constexpr size_t kUntrustedLogBytes = 96;        // a name: a job id, a key, a host
+constexpr size_t kUntrustedMessageBytes = 512;   // a sentence: an error, a reason, a line of output
 
 std::string escape_untrusted(std::string_view text, size_t max_bytes = kUntrustedLogBytes);
 std::string quote_untrusted(std::string_view text, size_t max_bytes = kUntrustedLogBytes);

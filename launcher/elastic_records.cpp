@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collectives/untrusted_text.h"
+
 namespace tandem::launcher {
 
 namespace {
@@ -40,7 +42,7 @@ ElasticMember parse_arrival(std::string_view text) {
   try {
     return member_from(json::parse(text));
   } catch (const json::exception& e) {
-    throw RecordError(std::string("malformed arrival record: ") + e.what());
+    throw RecordError("malformed arrival record: " + escape_untrusted(e.what(), kUntrustedMessageBytes));
   }
 }
 
@@ -64,7 +66,7 @@ Decision parse_decision(std::string_view text, int g, int64_t my_id, int max_mem
     d.kind = j.at("decision").get<std::string>();
     if (d.kind != "go") {
       if (d.kind != "timeout" && d.kind != "stopped" && d.kind != "exhausted") {
-        throw RecordError("unknown decision '" + d.kind + "'");
+        throw RecordError("unknown decision " + quote_untrusted(d.kind));
       }
       d.why = j.at("why").get<std::string>();
       return d;
@@ -86,7 +88,8 @@ Decision parse_decision(std::string_view text, int g, int64_t my_id, int max_mem
     gen.membership_changes = static_cast<int>(count_field(j, "membership_changes", INT_MAX));
     gen.change = j.at("change").get<std::string>();
   } catch (const json::exception& e) {
-    throw RecordError(std::string("malformed decision of generation ") + std::to_string(g) + ": " + e.what());
+    throw RecordError("malformed decision of generation " + std::to_string(g) + ": " +
+                      escape_untrusted(e.what(), kUntrustedMessageBytes));
   }
   return d;
 }

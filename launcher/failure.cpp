@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "collectives/init.h"
+#include "collectives/untrusted_text.h"
 #include "launcher/worker_process.h"
 
 namespace tandem::launcher {
@@ -28,17 +29,21 @@ Failure failure_from_json(std::string_view text) {
     Failure f;
     f.attempt = j.at("attempt");
     f.node = j.at("node");
-    f.host = j.at("host");
+    // A record another node's tandemrun wrote: escaped before anything prints it (without a
+    // job secret, any process that reaches the store could have written it).
+    f.host = escape_untrusted(j.at("host").get<std::string>());
     f.rank = j.at("rank");
     f.local_rank = j.at("local_rank");
     f.pid = j.at("pid");
     f.exit_code = j.at("exit_code");
     f.signal = j.at("signal");
-    f.reason = j.at("reason");
-    f.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
+    f.reason = escape_untrusted(j.at("reason").get<std::string>(), kUntrustedMessageBytes);
+    for (const auto& line : j.at("stderr_tail").get<std::vector<std::string>>()) {
+      f.stderr_tail.push_back(escape_untrusted(line, kUntrustedMessageBytes));
+    }
     return f;
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(std::string("malformed failure record in the store: ") + e.what());
+    throw std::runtime_error("malformed failure record in the store: " + escape_untrusted(e.what(), kUntrustedMessageBytes));
   }
 }
 

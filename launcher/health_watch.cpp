@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "collectives/health.h"
+#include "collectives/untrusted_text.h"
 #include "launcher/failure.h"
 #include "launcher/hang_analysis.h"
 
@@ -111,7 +112,7 @@ std::string HealthWatch::check_nodes(Clock::time_point started) {
     if (silent <= o_.node_lost_after) continue;
     // "host pid P" from the launchers' registration (launcher/rendezvous.h).
     const auto who = store_->try_get("tandemrun/node/" + std::to_string(n));
-    return "node " + std::to_string(n) + "'s tandemrun" + (who ? " (" + *who + ")" : std::string()) +
+    return "node " + std::to_string(n) + "'s tandemrun" + (who ? " (" + escape_untrusted(*who) + ")" : std::string()) +
            (values[n] ? " stopped writing its heartbeat to the store " : " wrote no heartbeat to the store for ") +
            std::to_string(silent.count() / 1000) + " s" + (values[n] ? " ago" : "") +
            ": it was killed, or its host or its link to the store went down";

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "collectives/untrusted_text.h"
 #include "launcher/failure.h"
 #include "launcher/worker_process.h"
 
@@ -253,7 +254,7 @@ void JobStore::start_attempt(int attempt) {
           decision = "go";
         } catch (const StoreTimeout& e) {
           if (auto why = store_->try_get("stopped")) {
-            decision = "stopped:" + *why;
+            decision = "stopped:" + escape_untrusted(*why, kUntrustedMessageBytes);
           } else if (Clock::now() >= deadline) {
             std::vector<std::string> missing;
             for (const auto& k : e.missing_keys) missing.push_back(node_of(k));
@@ -500,7 +501,8 @@ Generation JobStore::join_generation_from(int g) {
         if (auto why = store_->try_get("stopped")) {
           decision = store_->compare_set(
               decision_key, "",
-              end_record("stopped", "the job was stopped before generation " + std::to_string(g) + " started: " + *why));
+              end_record("stopped", "the job was stopped before generation " + std::to_string(g) + " started: " +
+                                        escape_untrusted(*why, kUntrustedMessageBytes)));
         }
       }
       if (decision.empty() && g > 0) {
