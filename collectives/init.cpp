@@ -5,15 +5,21 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
 #include "collectives/backends.h"
 #include "collectives/slurm_env.h"
 #include "collectives/store_auth.h"
+#include "collectives/untrusted_text.h"
 
 namespace tandem {
 
@@ -63,14 +69,42 @@ int parse_int(const std::string& name, const std::string& value, int lo, int hi)
 
 constexpr int kMaxWorld = 1 << 20;
 
-// The descriptor tandemrun passes wins over a file the user names. The descriptor is
-// made close-on-exec once read, so programs this one starts do not inherit it.
+// The memfd's name as /proc/self/fd shows it (launcher/job_secret.cpp makes it).
+constexpr std::string_view kSecretMemfdLink = "/memfd:tandem-job-secret";
+
+// The secret in descriptor `fd`, read once per process: the descriptor is closed then, so
+// nothing this process starts inherits it, and later reads (another process group in the
+// same process) get the copy kept here. Only tandemrun's memfd is read: a child that
+// inherited the variable from a worker, whose descriptor of that number is closed or is
+// some other file, is told so instead of reading that file as a secret.
+std::string read_secret_descriptor(int fd, const std::string& what) {
+  static std::mutex mutex;
+  static std::map<int, std::string> read;  // descriptor number -> its secret, once read
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = read.find(fd); it != read.end()) return it->second;
+  const std::string why =
+      ": the secret reaches only the programs tandemrun starts, not their children (give this process "
+      "TANDEM_JOB_SECRET_FILE)";
+  char link[256] = {};
+  const ssize_t n = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), link, sizeof(link) - 1);
+  if (n < 0 && errno == ENOENT) throw std::invalid_argument(what + ": descriptor " + std::to_string(fd) + " is not open" + why);
+  if (n < 0) throw std::invalid_argument(what + ": cannot read the job secret: " + std::strerror(errno));
+  if (std::string_view(link, static_cast<size_t>(n)).rfind(kSecretMemfdLink, 0) != 0) {
+    throw std::invalid_argument(what + ": descriptor " + std::to_string(fd) + " is " +
+                                quote_untrusted(std::string_view(link, static_cast<size_t>(n))) +
+                                ", not tandemrun's job-secret memfd" + why);
+  }
+  std::string secret = store_auth::read_secret_fd(fd, what);
+  close(fd);
+  read.emplace(fd, secret);
+  return secret;
+}
+
+// The descriptor tandemrun passes wins over a file the user names.
 std::string read_job_secret(const EnvLookup& lookup) {
   if (auto fd_text = lookup("TANDEM_JOB_SECRET_FD"); fd_text && !fd_text->empty()) {
     const int fd = parse_int("TANDEM_JOB_SECRET_FD", *fd_text, 0, 1 << 20);
-    std::string secret = store_auth::read_secret_fd(fd, "environment variable TANDEM_JOB_SECRET_FD=" + *fd_text);
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-    return secret;
+    return read_secret_descriptor(fd, "environment variable TANDEM_JOB_SECRET_FD=" + *fd_text);
   }
   if (auto file = lookup("TANDEM_JOB_SECRET_FILE"); file && !file->empty()) {
     return store_auth::read_secret_file(*file, "environment variable TANDEM_JOB_SECRET_FILE=" + *file);

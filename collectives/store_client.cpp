@@ -218,7 +218,8 @@ void TcpStore::handshake() {
   }
   if (options_.secret.empty()) {
     throw StoreError(describe() + ": the store requires the job secret, which this process lacks (set "
-                     "TANDEM_JOB_SECRET_FILE, or give tandemrun --job-secret-file; see docs/security.md)");
+                     "TANDEM_JOB_SECRET_FILE, or give tandemrun --job-secret-file; a program that a script started under "
+                     "tandemrun needs tandemrun --pass-job-secret; see docs/security.md)");
   }
   throw StoreError(describe() + ": the store refused this process's proof of the job secret: this process's "
                    "secret differs from the store's");

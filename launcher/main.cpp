@@ -40,10 +40,18 @@ int run(const LaunchOptions& flags, LauncherSignals& signals, Console& console) 
     return 2;
   }
   LaunchOptions o = flags;
+  const ProgramKind kind = program_kind(program);
+  // The secret goes only where a store client runs: a program linked with Tandem (the
+  // marker of its collectives), or any program with --pass-job-secret.
+  if (o.job_secret_fd >= 0 && (kind.sends_heartbeats || o.pass_job_secret)) {
+    o.worker_secret_fd = o.job_secret_fd;
+  } else if (o.job_secret_fd >= 0) {
+    spdlog::info("the job secret is not passed to {}: it is {}, so it needs no store (a script or an interpreter that "
+                 "starts a Tandem program needs --pass-job-secret)", program, kind.why);
+  }
   if (o.hang_timeout.count() > 0) {
     // Heartbeats come only from Tandem's collectives: watching a program that sends none
     // would report a hang (and SIGUSR2 it) however well it runs.
-    const ProgramKind kind = program_kind(program);
     if (!kind.sends_heartbeats) {
       spdlog::warn("--hang-timeout-s {}: {} is {}, so it sends no heartbeats; hang detection is off for this job "
                    "(only programs built with Tandem's collectives, started directly, send them)",

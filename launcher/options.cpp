@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "launcher/slurm_step.h"
@@ -265,6 +266,10 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& r) {
   app.add_option("--job-secret-file", o.job_secret_file,
                  "File holding the job secret, the same on every node (default: $TANDEM_JOB_SECRET_FILE; a "
                  "single-node job without one makes its own; see docs/security.md)");
+  app.add_flag("--pass-job-secret", o.pass_job_secret,
+               "Pass the job secret's descriptor to the program even when it is not linked with Tandem (a script or "
+               "an interpreter that starts or loads a Tandem program); by default only a Tandem program gets it "
+               "(default: $TANDEM_PASS_JOB_SECRET=1 sets it)");
 }
 
 }  // namespace
@@ -365,6 +370,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
     throw UsageError("--job-secret-file: must not be empty");
   }
   o.job_secret_file_source = "--job-secret-file " + o.job_secret_file;
+  if (const char* pass = std::getenv("TANDEM_PASS_JOB_SECRET"); pass && std::string_view(pass) == "1") {
+    o.pass_job_secret = true;
+  }
   if (const char* file = std::getenv("TANDEM_JOB_SECRET_FILE"); o.job_secret_file.empty() && file && *file) {
     o.job_secret_file = file;
     o.job_secret_file_source = std::string("TANDEM_JOB_SECRET_FILE=") + file;

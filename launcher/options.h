@@ -76,7 +76,11 @@ struct LaunchOptions {
   std::string job_secret_file;
   std::string job_secret_file_source;  // "--job-secret-file PATH", for messages
   std::string job_secret;              // filled by prepare_job_secret
-  int job_secret_fd = -1;              // the sealed memfd the workers inherit
+  int job_secret_fd = -1;              // the sealed memfd holding it (launcher/job_secret.h)
+  // The descriptor the workers inherit: job_secret_fd for a program linked with Tandem, or
+  // with --pass-job-secret (or TANDEM_PASS_JOB_SECRET=1); else -1, and no variable names it.
+  int worker_secret_fd = -1;
+  bool pass_job_secret = false;
 
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }

@@ -1,5 +1,5 @@
-// Whether a program sends Tandem's heartbeats (collectives/health.h), which
-// --hang-timeout-s needs: every program linked with Tandem's collectives carries an ELF
+// Whether a program is Tandem's: it sends Tandem's heartbeats (collectives/health.h), which
+// --hang-timeout-s needs, and it is the only kind given the job secret (launcher/job_secret.h): every program linked with Tandem's collectives carries an ELF
 // section named "tandem_heartbeats" (collectives/health.cpp), and tandemrun reads the
 // program's section headers for it before starting the job. `python3 script.py`, a
 // shell script or any other program has none.

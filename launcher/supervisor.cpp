@@ -214,7 +214,7 @@ void Attempt::spawn(LocalWorker& w) {
   }
   SpawnedWorker s;
   try {
-    s = spawn_worker(program_, o_.command, merged_environment(vars), {o_.job_secret_fd, pair[1]});
+    s = spawn_worker(program_, o_.command, merged_environment(vars), {o_.worker_secret_fd, pair[1]});
   } catch (...) {
     if (pair[0] >= 0) close(pair[0]);
     if (pair[1] >= 0) close(pair[1]);

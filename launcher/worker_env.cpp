@@ -50,7 +50,7 @@ std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchOp
   if (o.elastic()) v.emplace_back("TANDEM_ELASTIC", "1");
   if (!o.elastic_history.empty()) v.emplace_back("TANDEM_ELASTIC_HISTORY", o.elastic_history);
   // The job secret travels in an inherited descriptor, not here (launcher/job_secret.h).
-  if (o.job_secret_fd >= 0) v.emplace_back("TANDEM_JOB_SECRET_FD", std::to_string(o.job_secret_fd));
+  if (o.worker_secret_fd >= 0) v.emplace_back("TANDEM_JOB_SECRET_FD", std::to_string(o.worker_secret_fd));
   // Where a worker writes its flight recorder (collectives/flight_recorder.h).
   if (!o.log_dir.empty()) v.emplace_back("TANDEM_LOG_DIR", o.log_dir + "/attempt" + std::to_string(attempt));
   // Without these every worker's OpenMP/OpenBLAS pool would take every core, and N

@@ -499,8 +499,17 @@ TEST(StoreAuth, TheLaunchEnvironmentNamesAnUnusableSecret) {
             "environment variable TANDEM_JOB_SECRET_FILE=/nonexistent/secret: cannot open the job secret file: No "
             "such file or directory");
   const int bad_fd = 987654;  // not open
+  const std::string only_tandemruns =
+      ": the secret reaches only the programs tandemrun starts, not their children (give this process "
+      "TANDEM_JOB_SECRET_FILE)";
   EXPECT_EQ(error_for({{"TANDEM_JOB_SECRET_FD", std::to_string(bad_fd)}}),
-            "environment variable TANDEM_JOB_SECRET_FD=987654: cannot read the job secret: Bad file descriptor");
+            "environment variable TANDEM_JOB_SECRET_FD=987654: descriptor 987654 is not open" + only_tandemruns);
+  // A descriptor open on another file is not read as a secret.
+  const int other = open("/dev/null", O_RDONLY);
+  EXPECT_EQ(error_for({{"TANDEM_JOB_SECRET_FD", std::to_string(other)}}),
+            "environment variable TANDEM_JOB_SECRET_FD=" + std::to_string(other) + ": descriptor " +
+                std::to_string(other) + " is '/dev/null', not tandemrun's job-secret memfd" + only_tandemruns);
+  close(other);
 }
 
 TEST(StoreAuth, ProofsDependOnEveryInput) {

@@ -281,6 +281,49 @@ def test_env():
           "user's OPENBLAS_NUM_THREADS with torchrun's OMP_NUM_THREADS", r)
 
 
+SECRET_REACH = r"""
+import os
+def target(n):
+    try:
+        return os.readlink("/proc/self/fd/" + n)
+    except OSError:  # the descriptor of the listing itself, closed by now
+        return ""
+fds = sum(target(n).startswith("/memfd:tandem-job-secret") for n in os.listdir("/proc/self/fd"))
+print(f"PYTHON fds={fds} var={os.environ.get('TANDEM_JOB_SECRET_FD', '<unset>')}")
+"""
+
+
+def test_secret_reach():
+    # A Tandem worker holds the secret's memfd until it reads it, then closes it: a second
+    # read comes from its copy, its child inherits no descriptor and, reading the variable it
+    # did inherit, is told the secret is not for it (docs/security.md).
+    rc, r = run(["--nproc-per-node", "2", "--master-port", "0"], ["--mode", "secret-fds"])
+    check(rc == 0, f"secret-fds: exit {rc}", r)
+    for rank in (0, 1):
+        check(f"[0:{rank}] SECRET-FDS rank {rank} before=1" in r.out, f"rank {rank}: no memfd before reading", r)
+        check(f"[0:{rank}] SECRET-FDS rank {rank} after=0" in r.out, f"rank {rank}: the memfd outlived the read", r)
+    children = [l for l in r.out if "SECRET-CHILD fds=" in l]
+    check(len(children) == 2 and all(re.search(r"SECRET-CHILD fds=0 var=\d+$", l) for l in children),
+          f"a worker's child: {children}", r)
+    reads = [l for l in r.out if "SECRET-CHILD read: " in l]
+    told = re.compile(r"SECRET-CHILD read: environment variable TANDEM_JOB_SECRET_FD=(\d+): descriptor \1 is "
+                      r"(not open|'[^']*', not tandemrun's job-secret memfd): the secret reaches only the programs "
+                      r"tandemrun starts, not their children \(give this process TANDEM_JOB_SECRET_FILE\)$")
+    check(len(reads) == 2 and all(told.search(l) for l in reads), f"a worker's child read: {reads}", r)
+    # A program that is not Tandem's gets neither the descriptor nor the variable, unless
+    # --pass-job-secret says it starts one.
+    for flags, want in (([], "fds=0 var=<unset>"), (["--pass-job-secret"], r"fds=1 var=\d+")):
+        r = Run(["--nproc-per-node", "1", "--master-port", "0"] + flags, ["-c", SECRET_REACH], program="python3")
+        rc = r.finish()
+        check(rc == 0 and any(re.search(f"PYTHON {want}$", l) for l in r.out), f"python3 {flags}: exit {rc}", r)
+        passed_over = any("the job secret is not passed to" in l and "python3" in l for l in r.err)
+        check(passed_over == (not flags), f"python3 {flags}: tandemrun's note on the secret", r)
+    env = dict(os.environ, TANDEM_PASS_JOB_SECRET="1")
+    r = Run(["--nproc-per-node", "1", "--master-port", "0"], ["-c", SECRET_REACH], env=env, program="python3")
+    check(r.finish() == 0 and any(re.search(r"PYTHON fds=1 var=\d+$", l) for l in r.out),
+          "TANDEM_PASS_JOB_SECRET=1 did not pass the secret", r)
+
+
 def test_serve_master_port():
     # Rank 0 serves MASTER_PORT (as a PyTorch rank 0 hosts its TCPStore) while the
     # ranks run Tandem collectives through tandemrun's store; the others reach it.

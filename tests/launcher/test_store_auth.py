@@ -74,7 +74,8 @@ def attacked_job(attack, flags=()):
                 os.mkfifo(os.path.join(gates, f"{kind}.{rank}"))
         summary = os.path.join(tmp, "attacked.json")
         env = dict(os.environ, GATES=gates)
-        r = tl.Run(["--nproc-per-node", "2", "--master-port", "0", "--job-id", JOB, *flags],
+        # bash starts tandem-train: tandemrun passes the secret to a script only when told.
+        r = tl.Run(["--nproc-per-node", "2", "--master-port", "0", "--job-id", JOB, "--pass-job-secret", *flags],
                    ["-c", GATED, TRAIN] + TRAIN_ARGS + ["--summary-json", summary], env=env, program="bash")
         r.wait_for(r"--master-port 0: the store listens on port \d+", stream="err")
         port = tl.store_port(r)

@@ -25,6 +25,13 @@
 //                      mpirun) and an all-reduce of rank+1 over the world; prints
 //                      "allreduce ok sum=S world=W rank=R backend=B" when the sum is
 //                      exact, else exits 1
+//   secret-fds         the job secret's reach (docs/security.md): prints "SECRET-FDS
+//                      before=N" (descriptors of this process open on tandemrun's memfd),
+//                      reads the launch environment as a rank does, prints "SECRET-FDS
+//                      after=N", then starts itself in mode secret-child and waits for it
+//   secret-child       prints "SECRET-CHILD fds=N var=V" (V: TANDEM_JOB_SECRET_FD or
+//                      <unset>) and, when the variable is set, "SECRET-CHILD read: ..."
+//                      with what reading the launch environment gave (the error's text)
 // With --pid-dir, every rank first writes DIR/rank<R>.pid (atomically, by rename).
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -34,9 +41,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -198,6 +208,45 @@ int serve_master_port(int rank) {
   return 0;
 }
 
+// This process's descriptors open on tandemrun's job-secret memfd.
+int secret_descriptors() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    n += !ec && target.string().rfind("/memfd:tandem-job-secret", 0) == 0;
+  }
+  return n;
+}
+
+int secret_child() {
+  const char* var = std::getenv("TANDEM_JOB_SECRET_FD");
+  say(stdout, "SECRET-CHILD fds=" + std::to_string(secret_descriptors()) + " var=" + (var ? var : "<unset>"));
+  if (!var) return 0;
+  try {
+    tandem::read_launch_env(tandem::process_environment());
+    say(stdout, "SECRET-CHILD read: a secret");
+  } catch (const std::exception& e) {
+    say(stdout, std::string("SECRET-CHILD read: ") + e.what());
+  }
+  return 0;
+}
+
+int secret_fds(int rank) {
+  say(stdout, "SECRET-FDS rank " + std::to_string(rank) + " before=" + std::to_string(secret_descriptors()));
+  tandem::read_launch_env(tandem::process_environment());
+  tandem::read_launch_env(tandem::process_environment());  // a second read: from the copy kept in the process
+  say(stdout, "SECRET-FDS rank " + std::to_string(rank) + " after=" + std::to_string(secret_descriptors()));
+  const pid_t child = fork();
+  if (child == 0) {
+    execl("/proc/self/exe", "launcher-test-worker", "--mode", "secret-child", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 int run_mode(const std::string& mode, int rank) {
   const auto colon = mode.find(':');
   const std::string name = mode.substr(0, colon);
@@ -256,6 +305,8 @@ int run_mode(const std::string& mode, int rank) {
     say(stdout, "RESTART_COUNT=" + std::to_string(attempt) + " ok");
     return 0;
   }
+  if (name == "secret-fds") return secret_fds(rank);
+  if (name == "secret-child") return secret_child();
   if (name == "serve-master-port") return serve_master_port(rank);
   if (name == "allreduce") return allreduce(rank, arg.empty() ? tandem::Backend::gloo : tandem::parse_backend(arg));
   say(stderr, "launcher-test-worker: unknown mode '" + mode + "'");
