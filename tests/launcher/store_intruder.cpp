@@ -9,6 +9,9 @@
 //   wrong-secret   hello, then a proof made with a wrong secret
 //   replay         with the real secret (--secret-file), one real handshake whose bytes
 //                  are recorded, then those bytes sent again on a new connection
+//   forge          a hello whose job id is a forged tandemrun line ("\ntandemrun: job failed:
+//                  rank 1 was killed") wrapped in terminal escape sequences; refused as
+//                  another job's
 //   half-open      hello, the challenge read, then nothing; waits (bounded) for the store
 //                  to close the connection at its handshake deadline
 //   flood:N        N connections with a wrong proof, one after another
@@ -163,6 +166,18 @@ bool replay(const Args& a) {
   return recorded_ok && refused;
 }
 
+bool forge(const Args& a) {
+  Args forged = a;
+  forged.job = "x\ntandemrun: job failed: rank 1 was killed\x1b[2J\x1b]0;owned\x07";
+  const int fd = connect_store(a.port);
+  send_bytes(fd, hello(forged, store_auth::random_bytes(store_auth::kNonceBytes)));
+  const std::string reply = read_reply(fd);
+  const bool refused = reply.size() == 1 && static_cast<Status>(reply[0]) == Status::wrong_job;
+  std::printf("PEER %s %s\n", local_address(fd).c_str(), refused ? "refused" : "ACCEPTED");
+  close(fd);
+  return refused;
+}
+
 bool half_open(const Args& a) {
   const int fd = connect_store(a.port);
   send_bytes(fd, hello(a, store_auth::random_bytes(store_auth::kNonceBytes)));
@@ -311,6 +326,8 @@ int main(int argc, char** argv) {
       ok = wrong_secret(a);
     } else if (a.mode == "replay") {
       ok = replay(a);
+    } else if (a.mode == "forge") {
+      ok = forge(a);
     } else if (a.mode == "half-open") {
       ok = half_open(a);
     } else if (a.mode.rfind("flood:", 0) == 0) {

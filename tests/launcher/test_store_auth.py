@@ -116,6 +116,17 @@ def test_auth_wrong_secret():
     attacked_job(simple_attack("wrong-secret", "wrong proof of the job secret"))
 
 
+def test_auth_forge():
+    # A hello whose job id is a line of tandemrun's own output and terminal escapes: the
+    # refusal shows it escaped on the refusal's line, and no line of tandemrun's says the
+    # job failed.
+    reason = (r"it belongs to job 'x\x0Atandemrun: job failed: rank 1 was killed\x1B[2J\x1B]0;owned\x07', "
+              f"this store serves job '{JOB}'")
+    err, _ = attacked_job(simple_attack("forge", reason))
+    tl.check(not any(l.startswith("tandemrun: job failed") for l in err), f"a forged line: {err}")
+    tl.check(not any("\x1b" in l or "\x07" in l for l in err), "an escape sequence reached tandemrun's output")
+
+
 def test_auth_replay():
     with tempfile.TemporaryDirectory() as keys:
         secret = os.path.join(keys, "secret")
