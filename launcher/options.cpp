@@ -370,8 +370,10 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv) {
     throw UsageError("--job-secret-file: must not be empty");
   }
   o.job_secret_file_source = "--job-secret-file " + o.job_secret_file;
-  if (const char* pass = std::getenv("TANDEM_PASS_JOB_SECRET"); pass && std::string_view(pass) == "1") {
-    o.pass_job_secret = true;
+  if (const char* pass = std::getenv("TANDEM_PASS_JOB_SECRET"); pass && *pass) {
+    const std::string_view v(pass);
+    if (v != "0" && v != "1") throw UsageError("TANDEM_PASS_JOB_SECRET='" + std::string(v) + "': must be 1 or 0");
+    o.pass_job_secret = o.pass_job_secret || v == "1";
   }
   if (const char* file = std::getenv("TANDEM_JOB_SECRET_FILE"); o.job_secret_file.empty() && file && *file) {
     o.job_secret_file = file;

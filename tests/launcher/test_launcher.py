@@ -322,6 +322,10 @@ def test_secret_reach():
     r = Run(["--nproc-per-node", "1", "--master-port", "0"], ["-c", SECRET_REACH], env=env, program="python3")
     check(r.finish() == 0 and any(re.search(r"PYTHON fds=1 var=\d+$", l) for l in r.out),
           "TANDEM_PASS_JOB_SECRET=1 did not pass the secret", r)
+    p = subprocess.run([TANDEMRUN, "--master-port", "0", "--", WORKER], capture_output=True, text=True,
+                       env=dict(os.environ, TANDEM_PASS_JOB_SECRET="yes"))
+    check(p.returncode == 2 and "TANDEM_PASS_JOB_SECRET='yes': must be 1 or 0" in p.stderr,
+          f"TANDEM_PASS_JOB_SECRET=yes: exit {p.returncode}: {p.stderr}")
 
 
 def test_serve_master_port():
