@@ -13,6 +13,7 @@ include(CMakePackageConfigHelpers)
 # internal header is never installed by accident; tests/install builds the examples
 # against the installed tree alone, which fails if one is missing).
 set(TANDEM_PUBLIC_HEADERS
+  core/dtype.h
   collectives/init.h collectives/process_group.h collectives/health.h collectives/flight_recorder.h
   collectives/fault_injection.h collectives/store.h collectives/types.h collectives/work.h
   runtime/tensor.h runtime/precision.h runtime/module.h runtime/model.h runtime/freeze.h runtime/kernels.h runtime/trace.h

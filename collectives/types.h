@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tandem/runtime/tensor.h"  // DType, Device only: collectives do not link the runtime.
+#include "tandem/core/dtype.h"
 
 namespace tandem {
 
