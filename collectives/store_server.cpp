@@ -236,7 +236,9 @@ void StoreServer::Impl::read_client(uint64_t id, Client& c) {
   while (total < kMaxReadPerRound) {
     // A stranger's reads stop at what one handshake frame can need, so what it sends
     // beyond that is never buffered.
-    const size_t room = c.greeted ? sizeof(buf) : std::min(sizeof(buf), kMaxHandshakeBuffered + 1 - std::min(c.in.size(), kMaxHandshakeBuffered));
+    // (One byte past the cap is read, so a stranger that sends more is seen and dropped.)
+    const size_t stranger_room = kMaxHandshakeBuffered + 1 - std::min(c.in.size(), kMaxHandshakeBuffered);
+    const size_t room = c.greeted ? sizeof(buf) : std::min(sizeof(buf), stranger_room);
     const ssize_t n = recv(c.fd, buf, room, 0);
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
