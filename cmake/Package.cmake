@@ -1,6 +1,7 @@
 # cmake --install BUILD --prefix P lays out:
 #   P/bin/                       tandem-train, tandemrun, tandem-ckpt, tandem-trace, tandem-plan, tandem-bench-collectives
-#   P/lib/                       libtandem.a (Tandem::tandem), libtandem_collectives.a (Tandem::collectives)
+#   P/lib/                       libtandem.a (Tandem::tandem), libtandem_collectives.a (Tandem::collectives),
+#                                libtandem_core.a (Tandem::core, which both link)
 #   P/include/tandem/            tandem.h, collectives.h, version.h: what users include
 #   P/include/tandem/<folder>/   the headers those include, and nothing else
 #                                (P/include alone is on a user's include path)
@@ -13,11 +14,11 @@ include(CMakePackageConfigHelpers)
 # internal header is never installed by accident; tests/install builds the examples
 # against the installed tree alone, which fails if one is missing).
 set(TANDEM_PUBLIC_HEADERS
-  core/dtype.h
+  core/dtype.h core/buffer.h
   collectives/init.h collectives/process_group.h collectives/health.h collectives/flight_recorder.h
   collectives/fault_injection.h collectives/store.h collectives/types.h collectives/work.h
   runtime/tensor.h runtime/precision.h runtime/module.h runtime/model.h runtime/freeze.h runtime/kernels.h runtime/trace.h
-  runtime/thread_pool.h runtime/cross_replica.h
+  runtime/thread_pool.h runtime/cross_replica.h runtime/phase_times.h
   runtime/layers/activation.h runtime/layers/attention.h runtime/layers/conv2d.h runtime/layers/dropout.h
   runtime/layers/embedding.h runtime/layers/flatten.h runtime/layers/layer_util.h runtime/layers/layernorm.h
   runtime/layers/linear.h runtime/layers/loss.h runtime/layers/metric.h runtime/layers/regression_loss.h runtime/layers/info_nce.h
@@ -30,7 +31,7 @@ set(TANDEM_PUBLIC_HEADERS
   runtime/checkpoint/checkpoint.h runtime/checkpoint/checkpoint_meta.h runtime/checkpoint/file_io.h
   runtime/checkpoint/safetensors.h
   runtime/strategy/strategy.h runtime/strategy/single.h runtime/strategy/data_parallel.h runtime/strategy/ddp.h
-  runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/strategy/gather.h
+  runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/layers/gather.h
   runtime/strategy/replica_sync.h runtime/strategy/zero.h runtime/strategy/powersgd.h runtime/plan/cost_model.h
   models/zoo.h models/gpt.h models/resnet.h models/generate.h models/summary.h)
 
@@ -49,7 +50,7 @@ set(TANDEM_PUBLIC_HEADERS
 # (#pragma once). A public header that includes a Tandem header without tandem/ stops
 # configure here, and the install test greps the installed tree for one.
 set(_tandem_header_links ${CMAKE_BINARY_DIR}/include/tandem)
-foreach(top runtime collectives models)  # links of headers no longer public go too
+foreach(top core runtime collectives models)  # links of headers no longer public go too
   file(REMOVE_RECURSE ${_tandem_header_links}/${top})
 endforeach()
 foreach(h ${TANDEM_PUBLIC_HEADERS} include/tandem/tandem.h include/tandem/collectives.h)
@@ -73,7 +74,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/include/tandem/tandem.h ${PROJECT_SOURCE_DIR
 
 # tandem_fp16 and tandem_openblas are the build's handles on two system libraries; they go
 # into the export only as link dependencies of the static libraries.
-install(TARGETS tandem_runtime tandem_collectives tandem_fp16 tandem_openblas EXPORT TandemTargets
+install(TARGETS tandem_runtime tandem_collectives tandem_core tandem_fp16 tandem_openblas EXPORT TandemTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS tandem-train tandemrun tandem-store tandem-ckpt tandem-trace tandem-plan tandem-bench-collectives
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

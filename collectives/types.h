@@ -1,7 +1,6 @@
-// Vocabulary shared by every collective backend: typed buffers, reduction ops,
-// op kinds, the description of one issued collective, and the error types.
-// Invariant: a Buffer always carries an element count and a dtype, never a bare
-// byte count; bytes are derived (Buffer::bytes), so the two cannot be confused.
+// Vocabulary shared by every collective backend: reduction ops, op kinds, the
+// description of one issued collective, and the error types. The typed buffers they move
+// are core's (core/buffer.h).
 #pragma once
 
 #include <cstddef>
@@ -10,30 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/buffer.h"
 #include "tandem/core/dtype.h"
 
 namespace tandem {
-
-
-// A contiguous run of `count` elements of `dtype` at `data` on `device`.
-struct Buffer {
-  void* data = nullptr;
-  int64_t count = 0;  // elements, not bytes
-  DType dtype = DType::f32;
-  Device device = Device::cpu();
-
-  size_t bytes() const { return static_cast<size_t>(count) * dtype_size(dtype); }
-  // The `count` elements starting `first` elements in.
-  Buffer slice(int64_t first, int64_t count) const;
-};
-
-// Typed constructors, so a call site cannot pass a byte count where elements are meant.
-Buffer cpu_buffer(float* data, int64_t count);
-Buffer cpu_buffer(int32_t* data, int64_t count);
-Buffer cpu_buffer(int64_t* data, int64_t count);
-Buffer cpu_buffer(uint8_t* data, int64_t count);
-// f16 and bf16 share the 16-bit storage type, so their dtype must be named.
-Buffer cpu_buffer(uint16_t* data, int64_t count, DType half_dtype);
 
 enum class ReduceOp : uint8_t { sum, avg, min, max };
 const char* reduce_op_str(ReduceOp op);

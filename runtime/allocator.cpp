@@ -1,5 +1,5 @@
 // Allocation and copies dispatched by device kind. The CUDA side lives in
-// runtime/cuda/ (or runtime/cuda_unavailable.cpp in a CPU-only build).
+// cuda/ (or runtime/cuda_unavailable.cpp in a CPU-only build).
 #include "runtime/allocator.h"
 
 #include <cstdlib>

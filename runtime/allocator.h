@@ -1,6 +1,6 @@
 // Device memory allocation and copies, dispatched by device kind. CPU memory is
 // 64-byte aligned (AVX-512 loads); CUDA memory comes from a caching allocator in
-// runtime/cuda/ so no training step calls cudaMalloc.
+// cuda/ so no training step calls cudaMalloc.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Causal self-attention as batched products: how a GPU runs Kernels::attention_forward and
-// attention_backward (runtime/cuda/ on cuBLAS's strided-batched GEMM, and the emulated GPU
+// attention_backward (cuda/ on cuBLAS's strided-batched GEMM, and the emulated GPU
 // on the CPU's), written once over the Kernels primitives so both run the same steps.
 //   forward:  split qkv into heads; S = scale q k^T (one batched GEMM over B*NH heads);
 //             causal softmax in place, one row per warp; y = att v; merge y's heads into out.

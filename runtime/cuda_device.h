@@ -1,6 +1,6 @@
 // The CUDA entry points the device-agnostic runtime calls. In a CUDA build
-// runtime/cuda_forward.cpp forwards each to the CUDA plugin (runtime/cuda/ and the nccl
-// backend in libtandem_cuda.so, loaded on the first call: collectives/cuda_plugin.h);
+// runtime/cuda_forward.cpp forwards each to the CUDA plugin (cuda/, built as
+// libtandem_cuda.so and loaded on the first call: core/cuda_plugin.h);
 // runtime/cuda_unavailable.cpp otherwise, where each one throws a message saying the build
 // has no CUDA; tests/emulated/ links a host-memory stand-in. device_count() and
 // unavailable_reason() only probe: 0 and a reason where CUDA cannot be used, never a throw.
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/cuda_plugin.h"
 #include "runtime/tensor.h"
 
 namespace tandem {
@@ -51,14 +52,7 @@ void set_device(int device);
 std::string device_name(int device);
 
 // --- memory (the caching allocator) ------------------------------------------------
-struct MemoryStats {
-  size_t allocated_bytes = 0;       // live blocks handed out (rounded sizes)
-  size_t peak_allocated_bytes = 0;  // maximum of allocated_bytes since start or reset
-  size_t reserved_bytes = 0;        // obtained from cudaMalloc, live or cached
-  uint64_t device_mallocs = 0;      // cudaMalloc calls so far (flat after warm-up)
-  uint64_t cache_hits = 0;          // allocations served from the cache
-  uint64_t pinned_host_allocs = 0;  // cudaHostAlloc calls by the H2D staging buffers
-};
+// MemoryStats: core/cuda_plugin.h (the plugin's table returns it).
 MemoryStats memory_stats(int device);
 size_t peak_allocated_bytes(int device);
 void reset_peak_memory(int device);

@@ -1,13 +1,28 @@
 // The entry points of runtime/cuda_device.h for a CUDA build: each forwards to the CUDA
-// plugin (collectives/cuda_plugin.h), which is loaded by the first call that needs it. A CPU
+// plugin (core/cuda_plugin.h), which is loaded by the first call that needs it. A CPU
 // run calls none of them, so it never maps the CUDA runtime, cuBLAS or NCCL.
 // Invariant: the probes (device_count, unavailable_reason) and the frees never throw for
 // want of the plugin; every other call throws the loader's message (which names the
 // missing library) when it cannot be loaded.
 #include <string>
 
-#include "collectives/cuda_plugin.h"
+#include "collectives/init.h"
+#include "core/cuda_plugin.h"
 #include "runtime/cuda_device.h"
+
+namespace tandem {
+namespace {
+// The plugin binds ProcessGroup's constructor and the flight recorder's, the health's and
+// the failure reports' methods to the program's copies (core/cuda_plugin.h). A program
+// linked from the static libraries holds only the objects it references; this reference
+// keeps init.o, and through it every object a process group needs, in any program that can
+// load the plugin for its device (tandem-bench-attention uses no process group), so dlopen
+// never fails there with "undefined symbol". The collectives' own ways to the plugin (the
+// nccl backend, the benchmark's device memory) are reached through init.o already.
+using InitProcessGroup = std::shared_ptr<ProcessGroup> (*)(const InitOptions&);
+[[gnu::used]] const InitProcessGroup kKeepProcessGroupObjects = &init_process_group;
+}  // namespace
+}  // namespace tandem
 
 namespace tandem::cuda {
 

@@ -1,7 +1,6 @@
 // Kernel dispatch by device, and the process-wide BLAS thread setting.
 #include "runtime/kernels.h"
 
-#include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cuda_device.h"
 
 namespace tandem {

@@ -1,5 +1,5 @@
 // The device kernel interface. Every op a layer, optimizer or strategy needs is a
-// method here; runtime/cpu/ implements it with OpenBLAS and plain loops, runtime/cuda/
+// method here; runtime/cpu/ implements it with OpenBLAS and plain loops, cuda/
 // with cuBLAS and CUDA kernels. Model code never sees this: it calls runtime/ops.h,
 // which checks shapes and devices and dispatches here (docs/architecture.md, "Device and ops").
 //
@@ -298,6 +298,13 @@ class Kernels {
 
 // The kernels of `device`. Throws a clear error for CUDA in a build without it.
 Kernels& kernels_for(Device device);
+
+// Each device's kernels, declared here and defined where they are implemented: the CPU's
+// in runtime/cpu/ (above this layer, so kernels_for names it without including it), the
+// CUDA devices' through runtime/cuda_device.h.
+namespace cpu {
+Kernels& kernels();
+}
 
 // Threads OpenBLAS may use in this process (the caller decides; tandem-train passes
 // --threads or the launcher's share of the cores).

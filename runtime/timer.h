@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "runtime/kernels.h"
-#include "runtime/strategy/strategy.h"
+#include "runtime/phase_times.h"
 
 namespace tandem {
 

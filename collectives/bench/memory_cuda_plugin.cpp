@@ -1,8 +1,8 @@
-// Device memory for the nccl benchmark in a CUDA build: memory_cuda.cpp lives in the CUDA
+// Device memory for the nccl benchmark in a CUDA build: cuda/bench_memory.cpp lives in the CUDA
 // plugin with the rest of the code that calls the CUDA runtime; this loads it on the first
 // nccl row, so the benchmark's CPU rows never map CUDA.
 #include "collectives/bench/bench_harness.h"
-#include "collectives/cuda_plugin.h"
+#include "core/cuda_plugin.h"
 
 namespace tandem::bench {
 

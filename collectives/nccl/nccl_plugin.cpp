@@ -1,11 +1,11 @@
 // The nccl backend of a CUDA build, as the program sees it: process_group_nccl.cpp itself is
-// compiled into the CUDA plugin (collectives/cuda_plugin.h), so this program links no NCCL
+// compiled into the CUDA plugin (core/cuda_plugin.h), so this program links no NCCL
 // and maps none until a job asks for --backend nccl, which loads the plugin here.
 #include <stdexcept>
 #include <string>
 
 #include "collectives/backends.h"
-#include "collectives/cuda_plugin.h"
+#include "core/cuda_plugin.h"
 
 namespace tandem {
 

@@ -50,7 +50,7 @@
 #include "tandem/runtime/optim/optimizer.h"
 #include "tandem/runtime/strategy/strategy.h"
 #include "tandem/runtime/strategy/parallel.h"
-#include "tandem/runtime/strategy/gather.h"
+#include "tandem/runtime/layers/gather.h"
 #include "tandem/runtime/checkpoint/checkpoint.h"
 #include "tandem/runtime/trace.h"
 #include "tandem/collectives/init.h"

@@ -3,7 +3,7 @@
 // normalisation, and backward's per-channel sums and input gradient, side by side.
 // Invariant: the per-channel sums accumulate in double (and are rounded to float once),
 // the moments are derived in double, and the elementwise formulas are spelled with the
-// same float operations, explicit FMAs included, as runtime/cuda/batchnorm.cu spells
+// same float operations, explicit FMAs included, as cuda/batchnorm.cu spells
 // them, so that from the same statistics both devices compute the same bits.
 #include <cmath>
 #include <vector>

@@ -3,7 +3,7 @@
 // Invariant: a row's loss is the mean of its element terms, summed in double (each term
 // rounded to float as the CUDA kernel rounds it), so the mean over rows of losses equals
 // torch's mean reduction to float rounding; backward's formula is spelled exactly as
-// runtime/cuda/norm_loss.cu spells it (the same float operations in the same order).
+// cuda/norm_loss.cu spells it (the same float operations in the same order).
 #include <cmath>
 
 #include "runtime/cpu/cpu_kernels_impl.h"

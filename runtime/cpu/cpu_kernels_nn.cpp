@@ -310,7 +310,7 @@ void CpuKernels::adamw_update(float* __restrict param, float* __restrict m, floa
   // tail goes through the same instructions under a mask, so every element gets
   // bit-identical results wherever it sits in the tensor (a DDP bucket view or not).
   // The three fused multiply-adds are written out rather than left to -ffp-contract, so
-  // every compiler rounds alike and runtime/cuda/optim.cu can match them bit for bit.
+  // every compiler rounds alike and cuda/optim.cu can match them bit for bit.
   const __m256 v_decay = _mm256_set1_ps(decay), v_b1 = _mm256_set1_ps(beta1),
                v_b2 = _mm256_set1_ps(beta2);
   const __m256 v_1b1 = _mm256_set1_ps(1.f - beta1), v_1b2 = _mm256_set1_ps(1.f - beta2);

@@ -1,6 +1,6 @@
 // PrefetchingSource: a BatchSource that assembles the next batches on its own thread while
 // the caller trains on the current one (tandem-train's --prefetch). For a CUDA device it
-// also uploads them there (through the pinned ring, runtime/cuda/pinned_staging.h), so the
+// also uploads them there (through the pinned ring, cuda/pinned_staging.h), so the
 // GPU does not idle while the host gathers, normalises and copies a batch.
 //
 // Invariant: it returns exactly the batches the wrapped source would, in the same order,

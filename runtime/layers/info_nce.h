@@ -3,7 +3,7 @@
 //   outputs 0 and 1: two views' embeddings q and k, (N, D) f32 each, this rank's rows
 //   targets: none read (any given are ignored)
 // Every rank's k (and q, symmetric) is all-gathered in rank order into K (R*N, D), with
-// AllGatherRows (runtime/strategy/gather.h); row i of rank r is global row g = r*N + i, and
+// AllGatherRows (runtime/layers/gather.h); row i of rank r is global row g = r*N + i, and
 //   loss_i = -log softmax_j(q_i . K_j / temperature)[g]              (q -> k)
 // or, symmetric, the mean of that and the same with k_i against Q (k -> q). Each rank
 // returns the sum over its N rows and rows = N, so the strategies' 1/rows scaling and
@@ -25,7 +25,7 @@
 
 #include "tandem/collectives/process_group.h"
 #include "tandem/runtime/layers/loss.h"
-#include "tandem/runtime/strategy/gather.h"
+#include "tandem/runtime/layers/gather.h"
 
 namespace tandem {
 

@@ -6,7 +6,7 @@
 #include "runtime/allocator.h"
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 
 namespace tandem {
 

@@ -9,7 +9,7 @@
 
 #include "runtime/cuda_device.h"
 #include "runtime/kernels.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 #include "runtime/strategy/replica_sync.h"
 #include "runtime/strategy/single.h"
 #include "runtime/timer.h"

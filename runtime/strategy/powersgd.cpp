@@ -15,7 +15,7 @@
 #include "runtime/allocator.h"
 #include "runtime/checkpoint/file_io.h"
 #include "runtime/kernels.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 
 namespace tandem {
 

@@ -7,7 +7,7 @@
 
 #include "runtime/kernels.h"
 #include "runtime/plan/cost_model.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 
 namespace tandem {
 

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "runtime/plan/cost_model.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 #include "runtime/strategy/reducer.h"
 
 namespace tandem {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/kernels.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 
 namespace tandem {
 

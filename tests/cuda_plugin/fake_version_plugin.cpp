@@ -2,7 +2,7 @@
 // with the same table layout but version "0.0.0-fake", and nothing else. The loader must
 // refuse it naming both versions, before it calls anything in the table (whose entries are
 // all null: a call would crash the test).
-#include "collectives/cuda_plugin.h"
+#include "core/cuda_plugin.h"
 
 extern "C" __attribute__((visibility("default"))) const tandem::CudaPlugin* tandem_cuda_plugin() {
   static const tandem::CudaPlugin table = [] {

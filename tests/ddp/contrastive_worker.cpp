@@ -1,5 +1,5 @@
 // Contrastive multi-process test worker (runtime/layers/info_nce.h over
-// runtime/strategy/gather.h): run under mpirun or spawn_local.sh like ddp_worker; exits 0
+// runtime/layers/gather.h): run under mpirun or spawn_local.sh like ddp_worker; exits 0
 // only if every check holds on this rank.
 //   contrastive  a two-tower model over two views, InfoNCE with every rank's rows as
 //                negatives (q -> k, then CLIP's symmetric form). Each rank trains DDP on
@@ -22,7 +22,7 @@
 #include "runtime/layers/activation.h"
 #include "runtime/layers/info_nce.h"
 #include "runtime/layers/linear.h"
-#include "runtime/strategy/gather.h"
+#include "runtime/layers/gather.h"
 #include "runtime/strategy/parallel.h"
 #include "tests/ddp/scenario_main.h"
 #include "tests/support/two_views.h"

@@ -39,7 +39,7 @@
 #include "runtime/layers/activation.h"
 #include "runtime/layers/linear.h"
 #include "runtime/strategy/ddp.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 #include "runtime/strategy/single.h"
 #include "tests/ddp/branch_model.h"
 #include "tests/ddp/scenario_main.h"

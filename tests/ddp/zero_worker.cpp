@@ -36,7 +36,7 @@
 #include "runtime/layers/activation.h"
 #include "runtime/layers/linear.h"
 #include "runtime/strategy/ddp.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 #include "runtime/strategy/parallel.h"
 #include "tests/ddp/branch_model.h"
 #include "tests/ddp/scenario_main.h"

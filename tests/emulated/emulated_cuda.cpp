@@ -70,7 +70,7 @@ class DeviceScratch {
 };
 
 // The CPU kernels behind the device's pointers: each call moves its pointers back.
-// Each call also counts the kernel launches runtime/cuda/ makes for it (a cuBLAS or CUB
+// Each call also counts the kernel launches cuda/ makes for it (a cuBLAS or CUB
 // call as one; the two-pass reductions as two; layernorm_backward and the embedding's
 // sorted backward as three), so docs/gpu.md's
 // launches per step come from the code's real call sequence (TANDEM_EMULATED_LAUNCHES=1
@@ -251,7 +251,7 @@ class EmulatedKernels final : public Kernels {
     cpu_.embedding_backward_acc(host_ptr(dtable), host_ptr(dout), host_ptr(ids), n, c, vocab);
   }
   // A GPU's attention: the batched composition over this device's primitives below, on
-  // scratch from this device, so CI runs the steps runtime/cuda/ runs.
+  // scratch from this device, so CI runs the steps cuda/ runs.
   void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
                          int64_t nh) override {
     DeviceScratch scratch(batched_attention_scratch(b, t, c, nh, false) * sizeof(float), device_);

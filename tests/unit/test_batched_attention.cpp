@@ -8,7 +8,7 @@
 // bit, tests/emulated/train_emulated_cuda.sh). The fused kernel
 // is itself checked against a double reference and finite differences
 // (test_transformer_kernels.cpp), so this pins the composition the emulated GPU and
-// runtime/cuda/ run. The shapes cross the CPU kernel's 32-row blocks (T = 70) and keep a
+// cuda/ run. The shapes cross the CPU kernel's 32-row blocks (T = 70) and keep a
 // single head and a single row.
 #include <gtest/gtest.h>
 

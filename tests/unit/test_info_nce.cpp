@@ -26,7 +26,7 @@
 #include "runtime/layers/info_nce.h"
 #include "runtime/layers/linear.h"
 #include "runtime/strategy/data_parallel.h"
-#include "runtime/strategy/gather.h"
+#include "runtime/layers/gather.h"
 #include "runtime/strategy/single.h"
 #include "tests/support/compare.h"
 #include "tests/support/two_views.h"

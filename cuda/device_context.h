@@ -14,9 +14,9 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/cuda/caching_allocator.h"
-#include "runtime/cuda/launch.h"
-#include "runtime/cuda/pinned_staging.h"
+#include "cuda/caching_allocator.h"
+#include "cuda/launch.h"
+#include "cuda/pinned_staging.h"
 #include "runtime/kernels.h"
 
 namespace tandem::cuda {

@@ -10,8 +10,8 @@
 // is NaN.
 #include <cmath>
 
-#include "runtime/cuda/launch.h"
-#include "runtime/cuda/launch_common.cuh"
+#include "cuda/launch.h"
+#include "cuda/launch_common.cuh"
 
 namespace tandem::cuda::launch {
 

@@ -3,8 +3,8 @@
 // Invariant: deterministic. Each block writes a partial sum to scratch in a fixed order
 // and one ordered pass adds the partials into the output, so the same input gives the
 // same bits on every run (no float atomics); only the count uses integer atomics.
-#include "runtime/cuda/launch.h"
-#include "runtime/cuda/launch_common.cuh"
+#include "cuda/launch.h"
+#include "cuda/launch_common.cuh"
 
 namespace tandem::cuda::launch {
 

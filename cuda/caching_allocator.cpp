@@ -1,12 +1,12 @@
 // The per-device caching allocator (see caching_allocator.h for the rules).
-#include "runtime/cuda/caching_allocator.h"
+#include "cuda/caching_allocator.h"
 
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
 
-#include "runtime/cuda/cuda_check.h"
+#include "cuda/cuda_check.h"
 
 namespace tandem::cuda {
 

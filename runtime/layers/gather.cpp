@@ -1,13 +1,13 @@
 // The differentiable all-gather of gather.h: an all-gather forward, a reduce-scatter (sum)
 // backward, staged through host memory where the backend does not take the tensors' device.
-#include "runtime/strategy/gather.h"
+#include "runtime/layers/gather.h"
 
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "runtime/layers/layer_util.h"
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 
 namespace tandem {
 

@@ -1,8 +1,9 @@
-// The CUDA plugin, libtandem_cuda.so: every part of Tandem that calls the CUDA runtime,
-// cuBLAS or NCCL (the CUDA device behind runtime/cuda_device.h, the nccl backend, the
-// collective benchmark's device memory), built as a shared module and loaded with dlopen
-// the first time a program needs a GPU. Programs link none of those libraries, so a CPU
-// run of a CUDA build maps none of them (tests/cuda_plugin/).
+// The CUDA plugin's ABI and its loader. libtandem_cuda.so (cuda/) holds every part of
+// Tandem that calls the CUDA runtime, cuBLAS or NCCL (the CUDA device behind
+// runtime/cuda_device.h, the nccl backend, the collective benchmark's device memory),
+// built as a shared module and loaded with dlopen the first time a program needs a GPU.
+// Programs link none of those libraries, so a CPU run of a CUDA build maps none of them
+// (tests/cuda_plugin/).
 //
 // Invariants:
 // - A process loads at most one plugin, once, and never unloads it: the objects it made
@@ -11,14 +12,14 @@
 //   layout (kCudaPluginAbi, sizeof) as the program; any other is refused, naming both.
 // - The plugin leaves every Tandem symbol it uses (ProcessGroup, Work, CollectiveError, ...)
 //   undefined and binds it to the program's own copy: a CUDA build's programs export their
-//   symbols (tandem_collectives' INTERFACE link option --export-dynamic). Its own
-//   definitions stay local (a version script exports only the entry point), so they never
-//   meet the program's forwarders of the same names. docs/architecture.md says why this
-//   rather than a self-contained plugin.
+//   symbols (tandem_core's INTERFACE link option --export-dynamic). Its own definitions
+//   stay local (a version script exports only the entry point), so they never meet the
+//   program's forwarders of the same names. docs/architecture.md says why this rather
+//   than a self-contained plugin.
 //
-// collectives/ is the lowest library and both runtime/ and collectives/ (and
-// tandem-bench-collectives, which links only collectives) reach the plugin, so the loader
-// lives here.
+// Both collectives/ (the nccl backend, tandem-bench-collectives' device memory) and
+// runtime/ (the CUDA device) reach the plugin, so its ABI and loader are core's, below
+// both; the table only names their types (declared here, defined above).
 #pragma once
 
 #include <cstddef>
@@ -26,15 +27,28 @@
 #include <memory>
 #include <string>
 
-#include "runtime/cuda_device.h"
+#include "core/dtype.h"
 
 namespace tandem {
 
+class Kernels;
 class ProcessGroup;
 struct BackendArgs;
 namespace bench {
 struct Memory;
 }
+
+namespace cuda {
+// A device's caching-allocator counters (runtime/cuda_device.h's memory_stats()).
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // live blocks handed out (rounded sizes)
+  size_t peak_allocated_bytes = 0;  // maximum of allocated_bytes since start or reset
+  size_t reserved_bytes = 0;        // obtained from cudaMalloc, live or cached
+  uint64_t device_mallocs = 0;      // cudaMalloc calls so far (flat after warm-up)
+  uint64_t cache_hits = 0;          // allocations served from the cache
+  uint64_t pinned_host_allocs = 0;  // cudaHostAlloc calls by the H2D staging buffers
+};
+}  // namespace cuda
 
 // Bump whenever CudaPlugin changes: a plugin of the same version string but another
 // layout (a development build) is refused too.

@@ -6,8 +6,8 @@
 // from glibc's by a few ulp (tests/gpu states the tolerance).
 #include <cuda_fp16.h>
 
-#include "runtime/cuda/launch.h"
-#include "runtime/cuda/launch_common.cuh"
+#include "cuda/launch.h"
+#include "cuda/launch_common.cuh"
 
 namespace tandem::cuda::launch {
 

@@ -1,5 +1,5 @@
 // Staging for host_collectives.h.
-#include "runtime/strategy/host_collectives.h"
+#include "runtime/host_collectives.h"
 
 #include <functional>
 

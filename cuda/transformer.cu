@@ -9,8 +9,8 @@
 // The formulas are the CPU kernels' (runtime/cpu/cpu_kernels_transformer.cpp); expf and
 // FMA contraction differ by a few ulp, which tests/gpu's tolerances state.
 // Its launchers are declared where they are called (cuda_kernels.cpp), beside launch.h's.
-#include "runtime/cuda/launch.h"
-#include "runtime/cuda/launch_common.cuh"
+#include "cuda/launch.h"
+#include "cuda/launch_common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 

@@ -1,5 +1,5 @@
 // Per-device state and its registry (see device_context.h).
-#include "runtime/cuda/device_context.h"
+#include "cuda/device_context.h"
 
 #include <array>
 #include <atomic>
@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/cuda_kernels.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_kernels.h"
 #include "runtime/cuda_device.h"
 
 namespace tandem::cuda {

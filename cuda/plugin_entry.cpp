@@ -1,13 +1,13 @@
-// The CUDA plugin's one exported symbol (collectives/cuda_plugin.h): the table of the
+// The CUDA plugin's one exported symbol (core/cuda_plugin.h): the table of the
 // plugin's entry points, which runtime/cuda_forward.cpp, collectives/nccl/nccl_plugin.cpp
 // and the collective benchmark call through. Everything else in libtandem_cuda.so is local
-// (runtime/cuda/plugin.map), so these functions never bind to the program's forwarders of
+// (cuda/plugin.map), so these functions never bind to the program's forwarders of
 // the same names, nor the program's to them.
 #include <tandem/version.h>
 
 #include "collectives/backends.h"
 #include "collectives/bench/bench_harness.h"
-#include "collectives/cuda_plugin.h"
+#include "core/cuda_plugin.h"
 #include "runtime/cuda_device.h"
 
 namespace {

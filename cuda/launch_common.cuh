@@ -1,4 +1,4 @@
-// Helpers every .cu file of runtime/cuda/ shares: launch geometry and a grid-stride loop.
+// Helpers every .cu file of cuda/ shares: launch geometry and a grid-stride loop.
 // Invariant: every kernel covers [0, n) with 64-bit indices whatever the grid size, so a
 // launcher may cap the grid (one pass of resident blocks) without losing elements.
 #pragma once
@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "runtime/cuda/cuda_check.h"
+#include "cuda/cuda_check.h"
 
 namespace tandem::cuda::launch {
 

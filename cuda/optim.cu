@@ -6,8 +6,8 @@
 // (runtime/cpu/cpu_kernels_nn.cpp), so each element is bit-identical to the CPU update.
 // SGD keeps the CPU's expression shapes (the compilers may fuse them alike; tests/gpu
 // allows 1e-6 relative).
-#include "runtime/cuda/launch.h"
-#include "runtime/cuda/launch_common.cuh"
+#include "cuda/launch.h"
+#include "cuda/launch_common.cuh"
 
 namespace tandem::cuda::launch {
 

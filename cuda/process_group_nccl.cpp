@@ -1,5 +1,5 @@
 // ProcessGroupNCCL (see process_group_nccl.h for the stream picture and the rules).
-#include "collectives/nccl/process_group_nccl.h"
+#include "cuda/process_group_nccl.h"
 
 #include <algorithm>
 #include <atomic>

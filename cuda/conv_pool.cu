@@ -6,8 +6,8 @@
 // contributions in the CPU's order, so it needs no atomics and matches the CPU bit for
 // bit. maxpool's argmax is the flat h*W+w index of the first maximum of its window, and
 // its backward adds shared maxima in the CPU's order (no atomics either).
-#include "runtime/cuda/launch.h"
-#include "runtime/cuda/launch_common.cuh"
+#include "cuda/launch.h"
+#include "cuda/launch_common.cuh"
 
 namespace tandem::cuda::launch {
 

@@ -2,7 +2,7 @@
 // Scalars that the CPU kernels derive on the host (dropout's keep scale, AdamW's bias
 // corrections) are derived here with the same expressions, so both devices feed their
 // kernels identical floats.
-#include "runtime/cuda/cuda_kernels.h"
+#include "cuda/cuda_kernels.h"
 
 #include <climits>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include <string>
 
 #include "runtime/batched_attention.h"
-#include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/device_context.h"
-#include "runtime/cuda/launch.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_context.h"
+#include "cuda/launch.h"
 
 namespace tandem::cuda {
 

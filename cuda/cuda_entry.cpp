@@ -11,8 +11,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/device_context.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_context.h"
 #include "runtime/cuda_device.h"
 
 namespace tandem::cuda {

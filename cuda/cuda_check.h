@@ -1,8 +1,8 @@
 // Error checks for the CUDA runtime and cuBLAS, shared by the .cpp and .cu files of
-// runtime/cuda/. A failed call throws std::runtime_error naming the statement, its
+// cuda/. A failed call throws std::runtime_error naming the statement, its
 // error, file:line, the device and the rank (from $RANK when a launcher set it):
 //
-//   cudaMalloc(&p, bytes) failed: out of memory at runtime/cuda/caching_allocator.cpp:88 (rank 1, cuda:0)
+//   cudaMalloc(&p, bytes) failed: out of memory at cuda/caching_allocator.cpp:88 (rank 1, cuda:0)
 //
 // Invariant: host-only and C++17, so nvcc compiles it without the C++20 runtime headers.
 #pragma once

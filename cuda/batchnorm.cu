@@ -10,7 +10,7 @@
 // here reads back to the host: the count comes from the stats tensor on the device.
 #include <cmath>
 
-#include "runtime/cuda/launch_common.cuh"
+#include "cuda/launch_common.cuh"
 
 namespace tandem::cuda::launch {
 

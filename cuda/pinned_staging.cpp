@@ -1,13 +1,13 @@
 // Host-to-device staging through a ring of pinned buffers (see pinned_staging.h).
-#include "runtime/cuda/pinned_staging.h"
+#include "cuda/pinned_staging.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/cuda/caching_allocator.h"
-#include "runtime/cuda/cuda_check.h"
+#include "cuda/caching_allocator.h"
+#include "cuda/cuda_check.h"
 
 namespace tandem::cuda {
 

@@ -4,11 +4,11 @@
 //   2. next to the running program: <bin>/../lib/ (the build tree, and an installed prefix)
 //      and <bin>/../<libdir>/ (an installed prefix whose libdir is not lib);
 //   3. the dynamic loader's search by name: the program's RUNPATH (a program built against
-//      an installed Tandem::collectives carries that prefix's libdir), LD_LIBRARY_PATH, the
+//      an installed Tandem::core carries that prefix's libdir), LD_LIBRARY_PATH, the
 //      system's directories.
 // A candidate file that exists settles it: if it fails to load, that is the error, rather
 // than a later candidate of possibly another build.
-#include "collectives/cuda_plugin.h"
+#include "core/cuda_plugin.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -21,20 +21,9 @@
 
 #include <tandem/version.h>
 
-#include "collectives/init.h"
-
 namespace tandem {
 
 namespace {
-
-// The plugin binds ProcessGroup's constructor and the flight recorder's, the health's and
-// the failure reports' methods to the program's copies (cuda_plugin.h). A program linked
-// from the static libraries holds only the objects it references; this reference keeps
-// init.o, and through it every object a process group needs, in any program that can load
-// the plugin, so dlopen never fails there with "undefined symbol". tests/cuda_plugin/ checks
-// tandem-bench-collectives, the program that links the least.
-using InitProcessGroup = std::shared_ptr<ProcessGroup> (*)(const InitOptions&);
-[[gnu::used]] const InitProcessGroup kKeepProcessGroupObjects = &init_process_group;
 
 constexpr const char* kPluginFile = "libtandem_cuda.so";
 

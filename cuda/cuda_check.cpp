@@ -1,5 +1,5 @@
 // Formats CUDA and cuBLAS failures with the statement, file, line, rank and device.
-#include "runtime/cuda/cuda_check.h"
+#include "cuda/cuda_check.h"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -18,9 +18,9 @@ std::string where(int device) {
 }
 
 static std::string location(const char* file, int line) {
-  // Keep the path from the repository root: "runtime/cuda/x.cpp", not the build machine's.
+  // Keep the path from the repository root: "cuda/x.cpp", not the build machine's.
   std::string f(file);
-  const size_t at = f.rfind("runtime/cuda/");
+  const size_t at = f.rfind("cuda/");
   if (at != std::string::npos) f = f.substr(at);
   return f + ":" + std::to_string(line);
 }
