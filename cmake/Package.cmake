@@ -33,11 +33,11 @@ set(TANDEM_PUBLIC_HEADERS
   runtime/strategy/strategy.h runtime/strategy/single.h runtime/strategy/data_parallel.h runtime/strategy/ddp.h
   runtime/strategy/reducer.h runtime/strategy/comm_hook.h runtime/strategy/parallel.h runtime/layers/gather.h
   runtime/strategy/replica_sync.h runtime/strategy/zero.h runtime/strategy/powersgd.h runtime/plan/cost_model.h
-  models/zoo.h models/gpt.h models/resnet.h models/generate.h models/summary.h)
+  zoo/zoo.h zoo/gpt.h zoo/resnet.h zoo/generate.h runtime/strategy/summary.h)
 
 # Every public header includes the others as "tandem/runtime/tensor.h" (tandem.h and
 # collectives.h too), as a user's code does, and the exported targets put P/include alone on
-# the include path: a user's own runtime/, collectives/ or models/ folder earlier on that path
+# the include path: a user's own runtime/, collectives/ or zoo/ folder earlier on that path
 # cannot shadow Tandem's headers (tests/install/examples.sh builds the examples with a decoy
 # of each installed header there). The installed headers are the source files as they are:
 # in the build tree, BUILD/include/tandem/<header> is a symbolic link to each public header,
@@ -50,7 +50,7 @@ set(TANDEM_PUBLIC_HEADERS
 # (#pragma once). A public header that includes a Tandem header without tandem/ stops
 # configure here, and the install test greps the installed tree for one.
 set(_tandem_header_links ${CMAKE_BINARY_DIR}/include/tandem)
-foreach(top core runtime collectives models)  # links of headers no longer public go too
+foreach(top core runtime collectives zoo models)  # links of headers no longer public go too
   file(REMOVE_RECURSE ${_tandem_header_links}/${top})
 endforeach()
 foreach(h ${TANDEM_PUBLIC_HEADERS} include/tandem/tandem.h include/tandem/collectives.h)

@@ -20,7 +20,7 @@ if(NOT TANDEM_WITH_CUDA STREQUAL "OFF")
 endif()
 # -O1 after the build type's flags: a bearable speed. -g1 (line tables, no variables) after
 # its -g: the reports' stacks still name file and line, and a file compiles in 0.7 of the
-# time of -g (models/ckpt/ckpt_main.cpp under ASan with g++: 26.5 s against 38.1 s).
+# time of -g (tools/ckpt/ckpt_main.cpp under ASan with g++: 26.5 s against 38.1 s).
 add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${tandem_sanitize_flags};-fno-omit-frame-pointer;-O1;-g1>")
 add_link_options(${tandem_sanitize_flags})
 message(STATUS "tandem: sanitizer build (${TANDEM_SANITIZE}: ${tandem_sanitize_flags})")

@@ -8,7 +8,7 @@
 //                                but its data never moves
 //   TANDEM_FAULT=kill-inside:N   ... dies (SIGKILL) inside op #N, likewise
 //   TANDEM_FAULT=hang-at-step:S  the training loop stops stepping after step S without
-//                                exiting (its heartbeat stays alive); see models/trainer
+//                                exiting (its heartbeat stays alive); see train/trainer
 //   TANDEM_FAULT_RANK=R          the rank that misbehaves (default 0)
 //   TANDEM_FAULT_ATTEMPT=K       only in attempt K of a restarted job (default 0)
 //

@@ -48,7 +48,7 @@ struct LocalWorker {
   pid_t pid = -1;
   bool alive = false;      // running and part of this attempt (false once exited or held)
   bool resumable = false;  // exited kExitStoppedToResume (or paused): not a failure unless its peers differ
-  // Elastic recovery in memory (models/elastic_worker.h): tandemrun's end of the worker's
+  // Elastic recovery in memory (train/elastic_worker.h): tandemrun's end of the worker's
   // control socket, what arrived of its next line, whether it said hello, and whether it
   // is held: alive, waiting there for the next generation.
   int control_fd = -1;

@@ -48,7 +48,7 @@ struct AttemptEnd {
 };
 
 // A worker process kept from one generation to the next (elastic recovery in memory,
-// models/elastic_worker.h): it said "lost" or "paused" on its control socket and waits
+// train/elastic_worker.h): it said "lost" or "paused" on its control socket and waits
 // there for its next assignment.
 struct KeptWorker {
   int local_rank = 0;

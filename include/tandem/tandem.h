@@ -13,8 +13,8 @@
 //   parallelize(): single | dp | ddp               runtime/strategy/parallel.h
 //   the process group, from the environment       collectives/init.h
 //   checkpoints: save, resume                      runtime/checkpoint/checkpoint.h
-//   Tracer, RunSummary                             runtime/trace.h, models/summary.h
-//   the zoo: mlp, cnn, resnet, gpt                 models/zoo.h, models/resnet.h, models/gpt.h
+//   Tracer, RunSummary                             runtime/trace.h, runtime/strategy/summary.h
+//   the zoo: mlp, cnn, resnet, gpt                 zoo/zoo.h, zoo/resnet.h, zoo/gpt.h
 // Everything is in namespace tandem.
 #pragma once
 
@@ -55,8 +55,8 @@
 #include "tandem/runtime/trace.h"
 #include "tandem/collectives/init.h"
 #include "tandem/collectives/process_group.h"
-#include "tandem/models/zoo.h"
-#include "tandem/models/gpt.h"
-#include "tandem/models/resnet.h"
-#include "tandem/models/generate.h"
-#include "tandem/models/summary.h"
+#include "tandem/zoo/zoo.h"
+#include "tandem/zoo/gpt.h"
+#include "tandem/zoo/resnet.h"
+#include "tandem/zoo/generate.h"
+#include "tandem/runtime/strategy/summary.h"

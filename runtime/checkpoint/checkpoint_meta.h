@@ -52,7 +52,7 @@ struct CheckpointMeta {
   int64_t replicas = 1;    // DP devices or DDP ranks (1 for single)
   int64_t grad_accum = 1;
 
-  // Model: how to rebuild it (models/zoo.h's ModelConfig; the runtime does not know the zoo).
+  // Model: how to rebuild it (zoo/zoo.h's ModelConfig; the runtime does not know the zoo).
   std::string model_name;
   int64_t hidden = 0;
   Shape input_shape;  // (C, H, W)

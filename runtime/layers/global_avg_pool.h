@@ -1,6 +1,6 @@
 // GlobalAvgPool: the mean of each channel over its H x W plane, flattened, as
 // torch.nn.AdaptiveAvgPool2d(1) followed by torch.flatten(x, 1): x (N, C, H, W) -> y (N, C).
-// A ResNet's head (models/resnet.h, the layer "avgpool"), no parameters.
+// A ResNet's head (zoo/resnet.h, the layer "avgpool"), no parameters.
 // Invariant: forward keeps only the input's shape; backward spreads dy[n, c] / (H*W) evenly
 // over the plane (N, C, H, W), so the layer never holds an activation between the two.
 #pragma once

@@ -1,5 +1,5 @@
 // Strategy: everything mode-specific about a training step. The loop in
-// models/trainer.cpp is the same in every mode: batch -> forward_backward -> step ->
+// train/trainer.cpp is the same in every mode: batch -> forward_backward -> step ->
 // log. Single, DataParallel and DistributedDataParallel differ only here, which is what
 // makes --mode a flag and not three programs (docs/architecture.md).
 //

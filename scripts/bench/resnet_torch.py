@@ -1,4 +1,4 @@
-"""PyTorch twin of Tandem's ResNet (`tandem-train --model resnet`, models/resnet.h): the CIFAR
+"""PyTorch twin of Tandem's ResNet (`tandem-train --model resnet`, zoo/resnet.h): the CIFAR
 ResNet of He et al. (2016) with option-B projection shortcuts, in plain torch.nn modules named
 as Tandem names its parameters and buffers (conv1, bn1, layer1.0.conv1, layer2.0.downsample.0,
 ..., fc), so Tandem's model.safetensors loads with load_state_dict(strict=True).

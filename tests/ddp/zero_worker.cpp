@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "collectives/init.h"
-#include "models/zoo.h"
+#include "zoo/zoo.h"
 #include "runtime/kernels.h"
 #include "runtime/layers/activation.h"
 #include "runtime/layers/linear.h"

@@ -1,4 +1,4 @@
-# tandem-train --elastic-batch (models/elastic_batch.h) through the real programs: a DDP(4)
+# tandem-train --elastic-batch (train/elastic_batch.h) through the real programs: a DDP(4)
 # job's checkpoint at step 10 (640 samples into the epoch) resumed by fixed jobs of other
 # sizes, each compared with the run its flags should amount to.
 #  1. global, 4 -> 2: the per-rank batch doubles (16 -> 32), the global batch 64 is kept,

@@ -1,4 +1,4 @@
-# The ResNet (models/resnet.h) end to end, on synthetic images at depth 8, width 4:
+# The ResNet (zoo/resnet.h) end to end, on synthetic images at depth 8, width 4:
 #  1. SyncBatchNorm: DP(2) and DDP(2) on shm with --sync-bn at 8 per replica reach the test
 #     loss of single mode at 16 (the same global batches) within 1e-4; without it DDP still
 #     ends with bit-identical replicas, buffers included (rank 0's broadcast every step), and

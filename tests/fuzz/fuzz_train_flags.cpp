@@ -1,4 +1,4 @@
-// Fuzz target: tandem-train's flag parsing (models/train_config.h). The input is the command
+// Fuzz target: tandem-train's flag parsing (train/train_config.h). The input is the command
 // line after "tandem-train", one argument per line (or NUL-separated). Contract checked:
 // parse_train_args throws UsageError, returns nullopt (--help, --version), or returns a
 // config whose values the trainer can use as they are: the ranges parse_train_args checks,
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "models/train_config.h"
+#include "train/train_config.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(c->n_embd % c->n_head == 0);
     FUZZ_CHECK(c->dropout >= 0 && c->dropout < 1 && c->temperature > 0 && c->sample >= 0);
   }
-  // models/trainer.cpp: milliseconds(int64_t(collective_timeout_s * 1000)), and
+  // train/trainer.cpp: milliseconds(int64_t(collective_timeout_s * 1000)), and
   // runtime/strategy/parallel.cpp: size_t(bucket_cap_mb * 1024 * 1024).
   FUZZ_CHECK(std::isfinite(c->collective_timeout_s) && c->collective_timeout_s > 0 &&
              c->collective_timeout_s * 1000 < 9.2e18);

@@ -235,7 +235,7 @@ std::vector<Batch> micro_batches(const Dataset& data, int step, int accum) {
   return out;
 }
 
-// One optimizer step as models/trainer.cpp drives it: queue everything, then read.
+// One optimizer step as train/trainer.cpp drives it: queue everything, then read.
 double train_step(Strategy& s, const Dataset& data, int step, int accum, PhaseTimes* times = nullptr) {
   PhaseTimes phases;
   StepOutput out = s.forward_backward(micro_batches(data, step, accum), phases);

@@ -67,14 +67,14 @@ for f in bin/tandemrun lib/cmake/Tandem/TandemConfig.cmake include/tandem/tandem
 done
 
 # --- the installed headers name each other tandem/... ---------------------------------------
-# A user's project with a runtime/ (or collectives/, models/) folder of its own earlier on its
+# A user's project with a runtime/ (or core/, collectives/, zoo/) folder of its own earlier on its
 # include path must not shadow Tandem's headers (cmake/Package.cmake): every include of a
 # Tandem header in the installed tree is "tandem/...", and the exported targets put
 # PREFIX/include alone on the path. Checked by a grep of the installed tree and of the
 # exported targets, and by building every example below with a decoy of each installed
 # header (an #error) at its path without tandem/, in a directory searched before the prefix.
 mapfile -t installed_headers < <(find "$PREFIX/include" -type f -name '*.h')
-if grep -HnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*("|<(runtime|collectives|models|launcher)/)' \
+if grep -HnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*("|<(core|runtime|collectives|zoo|train|launcher)/)' \
      "${installed_headers[@]}" | grep -vE '#[[:space:]]*include[[:space:]]*"tandem/' >"$TMP/includes.bad"; then
   fail "an installed header includes a Tandem header without tandem/ (a user's own folder of that name would shadow it)"
   head -5 "$TMP/includes.bad" | sed "s|$PREFIX/||; s/^/    /"

@@ -97,7 +97,7 @@ def main():
     for p in problems:
         print("layering: " + p)
     if problems:
-        print(f"layering: {len(problems)} include(s) against the declared order (docs/architecture.md, \"Layers\")")
+        print(f"layering: {len(problems)} problem(s) with the declared order (docs/architecture.md, \"Layers\")")
         return 1
     print(f"layering: {checked} files, every include down the {len(order)} declared folders")
     return 0

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/gpt.h"
+#include "zoo/gpt.h"
 #include "runtime/layers/activation.h"
 #include "runtime/layers/activation_checkpoint.h"
 #include "runtime/layers/attention.h"

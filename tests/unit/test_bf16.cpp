@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt.h"
+#include "zoo/gpt.h"
 #include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/kernels.h"

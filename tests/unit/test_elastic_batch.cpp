@@ -1,10 +1,10 @@
-// The batch and learning rate across a change of world size (models/elastic_batch.h):
+// The batch and learning rate across a change of world size (train/elastic_batch.h):
 // exact values for each policy, and the refusals.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "models/elastic_batch.h"
+#include "train/elastic_batch.h"
 
 namespace tandem {
 namespace {

@@ -1,4 +1,4 @@
-// tandem-train's end of tandemrun's elastic control socket (models/elastic_worker.h),
+// tandem-train's end of tandemrun's elastic control socket (train/elastic_worker.h),
 // against a socket pair standing in for tandemrun: who attaches, the hello, a pause, an
 // assignment, and what ends the wait.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "models/elastic_worker.h"
+#include "train/elastic_worker.h"
 
 namespace tandem {
 namespace {

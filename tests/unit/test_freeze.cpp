@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "collectives/process_group.h"
-#include "models/fine_tune.h"
+#include "train/fine_tune.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/freeze.h"
 #include "runtime/layers/activation.h"

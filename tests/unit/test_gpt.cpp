@@ -1,4 +1,4 @@
-// The GPT model (models/gpt.h) end to end on the CPU: its parameter registry and names,
+// The GPT model (zoo/gpt.h) end to end on the CPU: its parameter registry and names,
 // gradient-ready firing through nested modules and the tied embedding, DataParallel
 // against single, AdamW's decay rule and clipping, sampling, and the reference check
 // against PyTorch (tests/data/gpt_reference.safetensors, written by
@@ -15,8 +15,8 @@
 #include <set>
 #include <string>
 
-#include "models/generate.h"
-#include "models/gpt.h"
+#include "zoo/generate.h"
+#include "zoo/gpt.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/kernels.h"
 #include "runtime/layers/loss.h"

@@ -1,4 +1,4 @@
-// The zoo's ResNet (models/resnet.h) and its head, GlobalAvgPool, on the CPU: names and
+// The zoo's ResNet (zoo/resnet.h) and its head, GlobalAvgPool, on the CPU: names and
 // shapes against torchvision's state dict, the parameter count, torchvision's init, the
 // checks that name the flag at fault, finite-difference gradients of a whole tiny ResNet
 // (BatchNorm in training mode), the gradient-ready contract the DDP reducer relies on, and
@@ -40,8 +40,8 @@
 #include <utility>
 #include <vector>
 
-#include "models/resnet.h"
-#include "models/zoo.h"
+#include "zoo/resnet.h"
+#include "zoo/zoo.h"
 #include "runtime/layers/conv2d.h"
 #include "runtime/layers/global_avg_pool.h"
 #include "runtime/model.h"
